@@ -1,0 +1,1 @@
+"""Measurement plane: link emulator shell, clients, packet capture to traces."""

@@ -1,0 +1,192 @@
+"""The HTTP(S) download client that runs inside the delay shell.
+
+Run as `python -m ccscope.capture.fetch URL ...`; prints one JSON line describing the download.
+It is deliberately small and strict: it resolves and vets the target itself (the shell may see
+different DNS than the caller), connects to the vetted address, follows a bounded number of
+redirects (each vetted again), caps the body size and the wall time, and discards the body.
+The connection's source port is reported so the capture can be matched to this download.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import ssl
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+from ccscope import __version__
+from ccscope.errors import CCScopeError, TargetRefused
+from ccscope.targets import Target, resolve_target
+
+USER_AGENT = f"ccscope/{__version__} (+https://github.com/ccscope/ccscope; congestion-control census)"
+MAX_REDIRECTS = 5
+MAX_HEADER_BYTES = 64 * 1024
+CHUNK = 64 * 1024
+
+
+@dataclass
+class FetchResult:
+    url: str
+    final_url: str = ""
+    status: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    remote: str = ""
+    remote_port: int = 0
+    local_port: int = 0
+    redirects: list[str] = field(default_factory=list)
+    truncated: bool = False  # stopped at max_bytes or the deadline
+    error: str | None = None
+
+
+class FetchError(CCScopeError):
+    pass
+
+
+def _connect(target: Target, deadline: float, cafile: str | None) -> socket.socket:
+    last: Exception | None = None
+    for addr in target.addresses:
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(max(0.1, min(10.0, deadline - time.monotonic())))
+        try:
+            sock.connect((addr, target.port))
+        except OSError as e:
+            sock.close()
+            last = e
+            continue
+        if target.scheme == "https":
+            ctx = ssl.create_default_context(cafile=cafile)
+            try:
+                return ctx.wrap_socket(sock, server_hostname=target.host)
+            except (OSError, ssl.SSLError) as e:
+                sock.close()
+                raise FetchError(f"TLS handshake with {target.host} failed: {e}") from None
+        return sock
+    raise FetchError(f"cannot connect to {target.host}:{target.port}: {last}")
+
+
+def _read_head(sock: socket.socket, deadline: float) -> tuple[int, dict[str, str], bytes]:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        if len(buf) > MAX_HEADER_BYTES:
+            raise FetchError("response headers exceed 64 KiB")
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        chunk = sock.recv(8192)
+        if not chunk:
+            raise FetchError("connection closed before the response headers")
+        buf += chunk
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        raise FetchError(f"malformed status line {lines[0][:80]!r}") from None
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        k, sep, v = line.partition(":")
+        if sep:
+            headers[k.strip().lower()] = v.strip()
+    return status, headers, rest
+
+
+def fetch(
+    url: str,
+    *,
+    lab: bool = False,
+    cafile: str | None = None,
+    timeout: float = 60.0,
+    max_bytes: int = 16 * 1024 * 1024,
+    run_id: str | None = None,
+    user_agent: str = USER_AGENT,
+) -> FetchResult:
+    """Download `url` once, following up to MAX_REDIRECTS vetted redirects."""
+    res = FetchResult(url=url)
+    start = time.monotonic()
+    deadline = start + timeout
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        target = resolve_target(current, lab=lab)
+        sock = _connect(target, deadline, cafile)
+        try:
+            res.remote, res.remote_port = sock.getpeername()[:2]
+            res.local_port = sock.getsockname()[1]
+            host_hdr = target.host if target.port in (80, 443) else f"{target.host}:{target.port}"
+            req = [
+                f"GET {target.path} HTTP/1.1",
+                f"Host: {host_hdr}",
+                f"User-Agent: {user_agent}",
+                "Accept: */*",
+                "Accept-Encoding: identity",  # compression would shrink the transfer
+                "Connection: close",
+            ]
+            if run_id:
+                req.append(f"X-CCScope-Run: {run_id}")
+            sock.sendall(("\r\n".join(req) + "\r\n\r\n").encode())
+            status, headers, body = _read_head(sock, deadline)
+            res.status = status
+            if status in (301, 302, 303, 307, 308) and "location" in headers:
+                current = urljoin(current, headers["location"])
+                res.redirects.append(current)
+                continue
+            res.bytes = len(body)
+            while res.bytes < max_bytes:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    res.truncated = True
+                    break
+                sock.settimeout(left)
+                try:
+                    chunk = sock.recv(CHUNK)
+                except TimeoutError:
+                    res.truncated = True
+                    break
+                if not chunk:
+                    break
+                res.bytes += len(chunk)
+            else:
+                res.truncated = True
+            res.final_url = current
+            res.seconds = time.monotonic() - start
+            return res
+        finally:
+            sock.close()
+    raise FetchError(f"more than {MAX_REDIRECTS} redirects")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ccscope-fetch", description=__doc__)
+    ap.add_argument("url")
+    ap.add_argument("--lab", action="store_true", help="allow lab (private) targets")
+    ap.add_argument("--cacert", help="extra CA bundle (the lab CA)")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
+    ap.add_argument("--run-id")
+    args = ap.parse_args(argv)
+    out: dict[str, Any]
+    try:
+        r = fetch(
+            args.url,
+            lab=args.lab,
+            cafile=args.cacert,
+            timeout=args.timeout,
+            max_bytes=args.max_bytes,
+            run_id=args.run_id,
+        )
+        out = asdict(r)
+        code = 0 if 200 <= r.status < 300 else 4
+    except TargetRefused as e:
+        out, code = asdict(FetchResult(url=args.url, error=f"refused: {e}")), 3
+    except (CCScopeError, OSError, ssl.SSLError) as e:
+        out, code = asdict(FetchResult(url=args.url, error=str(e) or type(e).__name__)), 4
+    print(json.dumps(out), flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

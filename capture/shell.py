@@ -1,0 +1,109 @@
+"""Python side of the delay shell: find `ccscope-link`, turn a Profile into its options, run.
+
+The emulator itself is native (capture/link, Rust); this module only builds command lines and
+collects what the emulator leaves behind (pcap, stats JSON, exit status).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ccscope.errors import ShellError
+from ccscope.profile import Profile
+
+_REPO_BINARY = Path(__file__).resolve().parent / "link" / "target" / "release" / "ccscope-link"
+
+
+def link_binary() -> Path:
+    """The emulator binary: $CCSCOPE_LINK, the repository build, or one on PATH."""
+    env = os.environ.get("CCSCOPE_LINK")
+    candidates = [Path(env)] if env else []
+    candidates.append(_REPO_BINARY)
+    on_path = shutil.which("ccscope-link")
+    if on_path:
+        candidates.append(Path(on_path))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise ShellError(
+        "ccscope-link is not built: run `make setup` (or `cargo build --release` in capture/link)"
+    )
+
+
+def shell_command(
+    cmd: Sequence[str],
+    profile: Profile | None = None,
+    *,
+    pcap: Path | None = None,
+    stats: Path | None = None,
+    hosts: Path | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    args = [str(link_binary())]
+    if profile is not None:
+        args += profile.link_args()
+    if pcap is not None:
+        args += ["--pcap", str(pcap)]
+    if stats is not None:
+        args += ["--stats", str(stats)]
+    if hosts is not None:
+        args += ["--hosts", str(hosts)]
+    args += [*extra, "--quiet", "--", *cmd]
+    return args
+
+
+@dataclass
+class ShellRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    stats: dict[str, Any] | None
+    pcap: Path | None
+
+    @property
+    def setup_failed(self) -> bool:
+        # The emulator exits 2 with "ccscope-link: error:" when it could not build the link.
+        return self.returncode == 2 and "ccscope-link: error" in self.stderr
+
+
+def run_in_shell(
+    cmd: Sequence[str],
+    profile: Profile | None = None,
+    *,
+    pcap: Path | None = None,
+    stats: Path | None = None,
+    hosts: Path | None = None,
+    extra: Sequence[str] = (),
+    timeout: float | None = None,
+) -> ShellRun:
+    """Run `cmd` inside a fresh shell and wait for it; never leaves the shell behind."""
+    argv = shell_command(cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # SIGTERM lets the emulator forward the signal, flush the pcap and tear down.
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        err += f"\nccscope: command timed out after {timeout:g} s"
+    stats_doc = None
+    if stats is not None and stats.exists():
+        try:
+            stats_doc = json.loads(stats.read_text())
+        except (OSError, ValueError):
+            stats_doc = None
+    run = ShellRun(proc.returncode, out, err, stats_doc, pcap if pcap and pcap.exists() else None)
+    if run.setup_failed:
+        raise ShellError(err.strip().splitlines()[-1] if err.strip() else "ccscope-link failed")
+    return run

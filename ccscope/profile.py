@@ -1,0 +1,151 @@
+"""Network profiles: what the bottleneck in front of the client looks like.
+
+A `Profile` is the one description of an emulated link that every component uses: the
+measurement plane turns it into `ccscope-link` options, traces carry it in their metadata, and
+the classifier reads the base RTT and BDP from it. Rate and buffer are kept as the link
+emulator's own spec strings (`200kbit`, `500pps:1500p,334pps`, `2bdp`) so there is exactly one
+grammar, owned by the emulator; this module only reads the simple forms it needs for BDP
+arithmetic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ccscope.errors import ProfileError
+
+_RATE_RE = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>bit|kbit|mbit|gbit|pps)$")
+_RATE_SCALE = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+def first_rate_bps(spec: str) -> float | None:
+    """Bits per second of the first step of a rate spec; None for `inf` or packet rates."""
+    head = spec.split(",", 1)[0].split(":", 1)[0].strip().lower()
+    if head in ("", "inf"):
+        return None
+    m = _RATE_RE.match(head)
+    if not m:
+        raise ProfileError(f"unreadable rate spec {spec!r}")
+    if m["unit"] == "pps":
+        return None
+    return float(m["num"]) * _RATE_SCALE[m["unit"]]
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One direction of the emulated link (down = toward the client)."""
+
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss: float = 0.0
+    rate: str = "inf"
+    buffer: str = "inf"
+    drop_nth: tuple[int, ...] = ()
+    drop_window_over: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.delay_ms < 0 or self.jitter_ms < 0:
+            raise ProfileError("delay and jitter must be >= 0")
+        if not 0.0 <= self.loss < 1.0:
+            raise ProfileError("loss must be in [0, 1)")
+        first_rate_bps(self.rate)  # validates the simple forms early
+
+    def link_args(self, prefix: str) -> list[str]:
+        args = [
+            f"--{prefix}-delay", _num(self.delay_ms),
+            f"--{prefix}-rate", self.rate,
+            f"--{prefix}-buffer", self.buffer,
+        ]  # fmt: skip
+        if self.jitter_ms:
+            args += [f"--{prefix}-jitter", _num(self.jitter_ms)]
+        if self.loss:
+            args += [f"--{prefix}-loss", _num(self.loss)]
+        if self.drop_nth:
+            args += [f"--{prefix}-drop-nth", ",".join(str(n) for n in self.drop_nth)]
+        if self.drop_window_over is not None:
+            args += [f"--{prefix}-drop-window-over", str(self.drop_window_over)]
+        return args
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A complete client-side bottleneck: both directions plus interface settings."""
+
+    name: str
+    down: Direction = field(default_factory=Direction)
+    up: Direction = field(default_factory=Direction)
+    mtu: int = 100
+    sack: bool = False
+    per_flow_queues: bool = False
+
+    @property
+    def base_rtt_ms(self) -> float:
+        """RTT the profile itself adds (the Internet path comes on top)."""
+        return self.down.delay_ms + self.up.delay_ms
+
+    def bdp_bytes(self, internet_rtt_ms: float = 0.0) -> float | None:
+        """Bandwidth-delay product of the downlink bottleneck over the whole path."""
+        bps = first_rate_bps(self.down.rate)
+        if bps is None:
+            return None
+        return bps / 8.0 * (self.base_rtt_ms + internet_rtt_ms) / 1000.0
+
+    def link_args(self) -> list[str]:
+        args = [*self.down.link_args("down"), *self.up.link_args("up"), "--mtu", str(self.mtu)]
+        if not self.sack:
+            args.append("--no-sack")
+        if self.per_flow_queues:
+            args.append("--per-flow")
+        return args
+
+    def with_(self, **changes: Any) -> Profile:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["base_rtt_ms"] = self.base_rtt_ms
+        d["bdp_bytes"] = self.bdp_bytes()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Profile:
+        try:
+            dirs = {
+                k: Direction(**{**d[k], "drop_nth": tuple(d[k].get("drop_nth", ()))})
+                for k in ("down", "up")
+            }
+            return cls(
+                name=str(d["name"]),
+                mtu=int(d.get("mtu", 100)),
+                sack=bool(d.get("sack", False)),
+                per_flow_queues=bool(d.get("per_flow_queues", False)),
+                **dirs,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProfileError(f"malformed profile: {e}") from e
+
+
+def nebby_profile(name: str, one_way_delay_ms: float, rate: str = "200kbit") -> Profile:
+    """The published passive profile: 200 kbit/s, 2xBDP drop-tail, tiny MTU, SACK off."""
+    d = Direction(delay_ms=one_way_delay_ms, rate=rate, buffer="2bdp")
+    return Profile(name=name, down=d, up=d, mtu=100, sack=False)
+
+
+STANDARD_PROFILES: dict[str, Profile] = {
+    "A": nebby_profile("A", 50.0),
+    "B": nebby_profile("B", 100.0),
+}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return STANDARD_PROFILES[name.upper()]
+    except KeyError:
+        known = ", ".join(STANDARD_PROFILES)
+        raise ProfileError(f"unknown profile {name!r} (known: {known})") from None
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"

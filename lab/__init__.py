@@ -1,0 +1,1 @@
+"""Ground-truth lab: servers with known CCAs behind an emulated Internet path."""

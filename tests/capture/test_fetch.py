@@ -1,0 +1,103 @@
+"""The download client against real local HTTP servers (lab mode, loopback)."""
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from typing import ClassVar
+
+import pytest
+from ccscope.capture.fetch import MAX_REDIRECTS, FetchError, fetch
+
+from ccscope.errors import TargetRefused
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen_headers: ClassVar[dict] = {}
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        Handler.seen_headers = dict(self.headers)
+        if self.path.startswith("/obj/"):
+            n = int(self.path.split("/")[2])
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            self.wfile.write(b"x" * n)
+        elif self.path == "/loop":
+            self.send_response(302)
+            self.send_header("Location", "/loop")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path == "/to-obj":
+            self.send_response(301)
+            self.send_header("Location", "/obj/1000")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path == "/endless":
+            self.send_response(200)
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"y" * 65536)
+            except OSError:
+                pass
+        elif self.path == "/hugeheaders":
+            self.send_response(200)
+            for i in range(2000):
+                self.send_header(f"X-Pad-{i}", "z" * 60)
+            self.end_headers()
+        else:
+            self.send_error(404)
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_downloads_exact_bytes_and_identifies_itself(server):
+    r = fetch(f"{server}/obj/123456", lab=True, run_id="abc")
+    assert (r.status, r.bytes, r.truncated) == (200, 123456, False)
+    assert r.local_port > 0 and r.remote == "127.0.0.1"
+    assert Handler.seen_headers["X-CCScope-Run"] == "abc"
+    assert Handler.seen_headers["User-Agent"].startswith("ccscope/")
+
+
+def test_follows_redirects_but_not_forever(server):
+    r = fetch(f"{server}/to-obj", lab=True)
+    assert r.bytes == 1000 and r.final_url.endswith("/obj/1000")
+    with pytest.raises(FetchError, match=f"more than {MAX_REDIRECTS} redirects"):
+        fetch(f"{server}/loop", lab=True)
+
+
+def test_endless_body_is_bounded(server):
+    r = fetch(f"{server}/endless", lab=True, max_bytes=1_000_000)
+    assert r.truncated and 1_000_000 <= r.bytes < 1_200_000
+
+
+def test_huge_headers_refused(server):
+    with pytest.raises(FetchError, match="64 KiB"):
+        fetch(f"{server}/hugeheaders", lab=True)
+
+
+def test_private_target_refused_outside_lab_mode(server):
+    with pytest.raises(TargetRefused):
+        fetch(f"{server}/obj/10")
+
+
+def test_cli_prints_one_json_line_and_exit_codes(server):
+    ok = subprocess.run([sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10", "--lab"],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["bytes"] == 10
+    refused = subprocess.run([sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10"],
+                             capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 3 and "refused" in json.loads(refused.stdout)["error"]

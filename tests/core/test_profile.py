@@ -1,0 +1,50 @@
+import pytest
+
+from ccscope.errors import ProfileError
+from ccscope.profile import Direction, Profile, first_rate_bps, get_profile
+
+
+def test_standard_profiles_match_the_published_method():
+    a, b = get_profile("A"), get_profile("B")
+    assert (a.down.delay_ms, b.down.delay_ms) == (50, 100)
+    assert a.mtu == 100 and not a.sack and a.down.buffer == "2bdp"
+    assert a.bdp_bytes() == pytest.approx(200e3 / 8 * 0.1)
+    assert b.bdp_bytes(internet_rtt_ms=20) == pytest.approx(200e3 / 8 * 0.22)
+
+
+def test_link_args_carry_every_setting():
+    p = Profile(
+        "x",
+        down=Direction(delay_ms=50, rate="500pps:1500p,334pps:1500p,500pps", buffer="30p",
+                       drop_window_over=80, jitter_ms=1.5, loss=0.01),
+        up=Direction(delay_ms=50),
+        per_flow_queues=True,
+    )
+    args = p.link_args()
+    assert args[args.index("--down-rate") + 1] == "500pps:1500p,334pps:1500p,500pps"
+    assert args[args.index("--down-drop-window-over") + 1] == "80"
+    assert args[args.index("--down-jitter") + 1] == "1.5"
+    assert "--no-sack" in args and "--per-flow" in args
+    assert args[args.index("--mtu") + 1] == "100"
+
+
+def test_profile_dict_roundtrip():
+    p = get_profile("B")
+    assert Profile.from_dict(p.to_dict()) == p
+
+
+@pytest.mark.parametrize("spec,bps", [("200kbit", 2e5), ("1.5mbit", 1.5e6), ("inf", None),
+                                      ("500pps", None), ("200kbit:10s,100kbit", 2e5)])
+def test_first_rate(spec, bps):
+    assert first_rate_bps(spec) == bps
+
+
+@pytest.mark.parametrize("kw", [{"delay_ms": -1}, {"loss": 1.0}, {"rate": "fast"}])
+def test_bad_directions_refused(kw):
+    with pytest.raises(ProfileError):
+        Direction(**kw)
+
+
+def test_unknown_profile():
+    with pytest.raises(ProfileError, match="known: A, B"):
+        get_profile("Z")
