@@ -81,8 +81,10 @@ def format_measurement(d: dict[str, Any]) -> str:
         if r.get("error"):
             lines.append(f"         error: {r['error']}")
     if gt:
-        lines.append("err = mean |BiF measured - BiF from the server's TCP_INFO|, % of the path BDP;"
-                     " cap = as seen at the bottleneck, snd = shifted to the sender")
+        lines.append(
+            "err = mean |BiF measured - BiF from the server's TCP_INFO|, % of the path BDP;"
+            " cap = as seen at the bottleneck, snd = shifted to the sender"
+        )
     return "\n".join(lines)
 
 
@@ -122,7 +124,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         if p.suffix.lower() in (".csv", ".tsv", ".txt"):
             from ccscope.capture.nebby_csv import traces_from_csv
 
-            res = traces_from_csv(p)
+            res = traces_from_csv(p, align=args.align)
         else:
             from ccscope.capture.tcp_bif import flows_from_pcap
 
@@ -130,11 +132,15 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         for i, t in enumerate(res.traces[: args.flows]):
             dest = out / f"{p.stem}.{i}.trace.json"
             t.save(dest)
-            written.append({"file": str(dest), "flow": str(t.flow), "points": len(t.t),
-                            "partial": t.partial})  # fmt: skip
-    print(json.dumps(written, indent=2) if args.json else "\n".join(
-        f"{w['file']}  {w['flow']}  {w['points']} points{'  (partial)' if w['partial'] else ''}"
-        for w in written))  # fmt: skip
+            written.append({"file": str(dest), "flow": str(t.flow), "points": len(t.t), "partial": t.partial})
+    print(
+        json.dumps(written, indent=2)
+        if args.json
+        else "\n".join(
+            f"{w['file']}  {w['flow']}  {w['points']} points{'  (partial)' if w['partial'] else ''}"
+            for w in written
+        )
+    )
     return 0 if written else 1
 
 
@@ -175,7 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url")
     p.add_argument("--profile", action="append", help="profile to use (repeatable; default A and B)")
     p.add_argument("--out", help="output directory (default runs/<time>/<run id>)")
-    p.add_argument("--lab", action="store_true", help="lab mode: allow lab targets, compare with ground truth")
+    p.add_argument(
+        "--lab",
+        action="store_true",
+        help="lab mode: allow lab targets; compare with ground truth",
+    )
     p.add_argument("--timeout", type=float, default=90.0, help="seconds per download (default 90)")
     p.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
     p.add_argument("--json", action="store_true", help="machine-readable summary")

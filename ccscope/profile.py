@@ -54,10 +54,13 @@ class Direction:
 
     def link_args(self, prefix: str) -> list[str]:
         args = [
-            f"--{prefix}-delay", _num(self.delay_ms),
-            f"--{prefix}-rate", self.rate,
-            f"--{prefix}-buffer", self.buffer,
-        ]  # fmt: skip
+            f"--{prefix}-delay",
+            _num(self.delay_ms),
+            f"--{prefix}-rate",
+            self.rate,
+            f"--{prefix}-buffer",
+            self.buffer,
+        ]
         if self.jitter_ms:
             args += [f"--{prefix}-jitter", _num(self.jitter_ms)]
         if self.loss:
@@ -113,8 +116,7 @@ class Profile:
     def from_dict(cls, d: dict[str, Any]) -> Profile:
         try:
             dirs = {
-                k: Direction(**{**d[k], "drop_nth": tuple(d[k].get("drop_nth", ()))})
-                for k in ("down", "up")
+                k: Direction(**{**d[k], "drop_nth": tuple(d[k].get("drop_nth", ()))}) for k in ("down", "up")
             }
             return cls(
                 name=str(d["name"]),

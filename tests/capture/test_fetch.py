@@ -8,8 +8,8 @@ import threading
 from typing import ClassVar
 
 import pytest
-from ccscope.capture.fetch import MAX_REDIRECTS, FetchError, fetch
 
+from ccscope.capture.fetch import MAX_REDIRECTS, FetchError, fetch
 from ccscope.errors import TargetRefused
 
 
@@ -95,9 +95,17 @@ def test_private_target_refused_outside_lab_mode(server):
 
 
 def test_cli_prints_one_json_line_and_exit_codes(server):
-    ok = subprocess.run([sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10", "--lab"],
-                        capture_output=True, text=True, timeout=30)
+    ok = subprocess.run(
+        [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10", "--lab"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert ok.returncode == 0 and json.loads(ok.stdout)["bytes"] == 10
-    refused = subprocess.run([sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10"],
-                             capture_output=True, text=True, timeout=30)
+    refused = subprocess.run(
+        [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert refused.returncode == 3 and "refused" in json.loads(refused.stdout)["error"]

@@ -15,8 +15,14 @@ def test_standard_profiles_match_the_published_method():
 def test_link_args_carry_every_setting():
     p = Profile(
         "x",
-        down=Direction(delay_ms=50, rate="500pps:1500p,334pps:1500p,500pps", buffer="30p",
-                       drop_window_over=80, jitter_ms=1.5, loss=0.01),
+        down=Direction(
+            delay_ms=50,
+            rate="500pps:1500p,334pps:1500p,500pps",
+            buffer="30p",
+            drop_window_over=80,
+            jitter_ms=1.5,
+            loss=0.01,
+        ),
         up=Direction(delay_ms=50),
         per_flow_queues=True,
     )
@@ -33,8 +39,10 @@ def test_profile_dict_roundtrip():
     assert Profile.from_dict(p.to_dict()) == p
 
 
-@pytest.mark.parametrize("spec,bps", [("200kbit", 2e5), ("1.5mbit", 1.5e6), ("inf", None),
-                                      ("500pps", None), ("200kbit:10s,100kbit", 2e5)])
+@pytest.mark.parametrize(
+    "spec,bps",
+    [("200kbit", 2e5), ("1.5mbit", 1.5e6), ("inf", None), ("500pps", None), ("200kbit:10s,100kbit", 2e5)],
+)
 def test_first_rate(spec, bps):
     assert first_rate_bps(spec) == bps
 

@@ -6,10 +6,19 @@ from ccscope.targets import address_refusal, parse_url, resolve_target
 
 @pytest.mark.parametrize(
     "addr,why",
-    [("127.0.0.1", "loopback"), ("10.1.2.3", "private"), ("192.168.1.1", "private"),
-     ("169.254.1.1", "link-local"), ("224.0.0.1", "multicast"), ("::1", "loopback"),
-     ("fe80::1", "link-local"), ("::ffff:127.0.0.1", "loopback"), ("198.18.0.12", "private"),
-     ("100.64.0.2", "not globally routable"), ("0.0.0.0", "unspecified")],
+    [
+        ("127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("192.168.1.1", "private"),
+        ("169.254.1.1", "link-local"),
+        ("224.0.0.1", "multicast"),
+        ("::1", "loopback"),
+        ("fe80::1", "link-local"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("198.18.0.12", "private"),
+        ("100.64.0.2", "not globally routable"),
+        ("0.0.0.0", "unspecified"),
+    ],
 )
 def test_non_public_addresses_refused(addr, why):
     assert address_refusal(addr) == why
@@ -22,9 +31,16 @@ def test_public_address_allowed():
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://example.com/x", "file:///etc/passwd", "http://", "http://user:pw@example.com/",
-     "http://exa mple.com/", "http://example.com:99999/", "https://" + "a" * 3000 + ".com/",
-     "javascript:alert(1)"],
+    [
+        "ftp://example.com/x",
+        "file:///etc/passwd",
+        "http://",
+        "http://user:pw@example.com/",
+        "http://exa mple.com/",
+        "http://example.com:99999/",
+        "https://" + "a" * 3000 + ".com/",
+        "javascript:alert(1)",
+    ],
 )
 def test_hostile_urls_refused(url):
     with pytest.raises(TargetRefused):

@@ -55,12 +55,26 @@ def test_same_trace_same_bytes(tmp_path):
         b"[]",
         json.dumps({"format": "other"}).encode(),
         json.dumps({"format": "ccscope-trace/1", "meta": {}, "series": {}}).encode(),
-        json.dumps({"format": "ccscope-trace/1", "meta": {"flow": {"server": "x", "server_port": 1,
-                    "client": "y", "client_port": 2}, "start_time": 0},
-                    "series": {"t": [0, 1], "bif": [1]}}).encode(),
-        json.dumps({"format": "ccscope-trace/1", "meta": {"flow": {"server": "x", "server_port": 1,
-                    "client": "y", "client_port": 2}, "start_time": 0},
-                    "series": {"t": [1, 0], "bif": [1, 2]}}).encode(),
+        json.dumps(
+            {
+                "format": "ccscope-trace/1",
+                "meta": {
+                    "flow": {"server": "x", "server_port": 1, "client": "y", "client_port": 2},
+                    "start_time": 0,
+                },
+                "series": {"t": [0, 1], "bif": [1]},
+            }
+        ).encode(),
+        json.dumps(
+            {
+                "format": "ccscope-trace/1",
+                "meta": {
+                    "flow": {"server": "x", "server_port": 1, "client": "y", "client_port": 2},
+                    "start_time": 0,
+                },
+                "series": {"t": [1, 0], "bif": [1, 2]},
+            }
+        ).encode(),
         gzip.compress(b"{truncated")[:-4],
     ],
 )
