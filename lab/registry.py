@@ -1,0 +1,76 @@
+"""Which lab server runs which congestion control, and where.
+
+Every CCA gets a fixed address in LAB_PREFIX (inside 198.18.0.0/15, the RFC 2544 benchmarking
+range, which no Internet host uses) and a name `<cca>.lab.test`. The table is
+append-only: an address, once given, stays with its CCA so old ground truth keeps its meaning.
+New (e.g. BPF zoo) CCAs go at the end.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+LAB_PREFIX = "198.18.0.0/24"
+LAB_DOMAIN = "lab.test"
+_NET = ipaddress.ip_network(LAB_PREFIX)
+_FIRST_HOST = 11  # .1-.10 stay free for lab infrastructure
+
+
+@dataclass(frozen=True)
+class LabCCA:
+    name: str  # the lab's name for it: hostname, ground-truth directory, label
+    addr: str
+    kernel: str  # what TCP_CONGESTION takes (BPF zoo CCAs register as cc_<name>)
+
+    @property
+    def hostname(self) -> str:
+        return f"{self.name}.{LAB_DOMAIN}"
+
+
+# Order matters: position i gets 198.18.0.(11+i). Append only.
+_ORDER: tuple[tuple[str, str], ...] = (
+    ("reno", "reno"), ("cubic", "cubic"), ("bbr", "bbr"),
+    # The BPF zoo (lab/ccas): present once `ccscope-cca load <name>` registered cc_<name>.
+    ("bic", "cc_bic"), ("htcp", "cc_htcp"), ("vegas", "cc_vegas"), ("bbr2", "bbr2"),
+    ("bbr3", "bbr3"), ("westwood", "cc_westwood"), ("illinois", "cc_illinois"),
+    ("scalable", "cc_scalable"), ("highspeed", "cc_highspeed"), ("yeah", "cc_yeah"),
+    ("veno", "cc_veno"), ("hybla", "cc_hybla"), ("lp", "cc_lp"), ("nv", "cc_nv"),
+    ("dctcp", "dctcp"), ("cdg", "cdg"), ("cc-cubic", "cc_cubic"),
+)  # fmt: skip
+
+REGISTRY: tuple[LabCCA, ...] = tuple(
+    LabCCA(name, str(_NET.network_address + _FIRST_HOST + i), kernel)
+    for i, (name, kernel) in enumerate(_ORDER)
+)
+_BY_NAME = {c.name: c for c in REGISTRY}
+_BY_KERNEL = {c.kernel: c for c in REGISTRY}
+_BY_ADDR = {c.addr: c for c in REGISTRY}
+DEFAULT_CCAS: tuple[str, ...] = ("reno", "cubic", "bbr")
+
+
+def lab_cca(name: str) -> LabCCA:
+    """The entry for a lab name (`bic`) or a kernel name (`cc_bic`)."""
+    try:
+        return _BY_NAME.get(name) or _BY_KERNEL[name]
+    except KeyError:
+        known = ", ".join(_BY_NAME)
+        raise KeyError(
+            f"no lab address for CCA {name!r} (known: {known}; new ones are appended to "
+            "ccscope/lab/registry.py)"
+        ) from None
+
+
+def cca_for_address(addr: str) -> LabCCA | None:
+    return _BY_ADDR.get(addr)
+
+
+def is_lab_address(ip: str) -> bool:
+    """True for any address inside the lab prefix (servers and reserved infrastructure)."""
+    try:
+        a = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+        a = a.ipv4_mapped
+    return a in _NET
