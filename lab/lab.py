@@ -670,7 +670,7 @@ def _leftovers(st: dict[str, Any], procs: list[dict[str, int]], pgids: set[int])
     left = [f"process {p['pid']} still running" for p in procs if _alive(p)]
     left += [f"process {pid} (group of the lab) still running" for pid in _group_members(pgids)]
     dev = st.get("link", {}).get("device")
-    if dev and _link_exists(dev):
+    if dev and _link_exists(dev) and _device_owned_by_lab(st, dev):
         left.append(f"device {dev} still exists")
     r = _run(["ip", "-j", "route", "show", LAB_PREFIX])
     if r.returncode == 0 and json.loads(r.stdout or "[]"):
@@ -680,10 +680,22 @@ def _leftovers(st: dict[str, Any], procs: list[dict[str, int]], pgids: set[int])
     return sorted(set(left))
 
 
+def _device_owned_by_lab(st: dict[str, Any], dev: str) -> bool:
+    """Shell device names are reused as soon as a shell exits: the device is still the lab's
+    only if no other live shell holds the index lock (its pid is written in the lock file)."""
+    idx = dev.removeprefix("ccs").removesuffix("o")
+    try:
+        holder = int(Path(f"/run/ccscope/shells/{idx}.lock").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return True  # no live owner recorded: an orphan of ours
+    lab_pid = st.get("pids", {}).get("link", {}).get("pid")
+    return holder == lab_pid or not Path(f"/proc/{holder}").exists()
+
+
 def _force_cleanup(st: dict[str, Any]) -> None:
     """Remove exactly what this lab created, should the emulator have died without cleaning."""
     dev = st.get("link", {}).get("device")
-    if dev and _link_exists(dev):
+    if dev and _link_exists(dev) and _device_owned_by_lab(st, dev):
         _run(["ip", "link", "del", dev])
     for fam, name in st.get("nft_tables", []):
         _run(["nft", "delete", "table", fam, name])

@@ -1,0 +1,3 @@
+fn main() {
+    std::process::exit(ccscope_link::shell::main_entry());
+}

@@ -1,0 +1,425 @@
+//! End-to-end tests of the real binary. They need root, /dev/net/tun,
+//! iproute2 and nft; without root they are skipped (reported, not failed).
+//! They run one at a time (global lock) so device checks are meaningful.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::FromRawFd;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ccscope-link")
+}
+
+fn root() -> bool {
+    // SAFETY: trivial syscall.
+    let ok = unsafe { libc::geteuid() } == 0 && std::path::Path::new("/dev/net/tun").exists();
+    if !ok {
+        eprintln!("SKIP: needs root and /dev/net/tun");
+    }
+    ok
+}
+
+fn have(tool: &str) -> bool {
+    let ok = Command::new("sh").args(["-c", &format!("command -v {}", tool)]).output().map(|o| o.status.success()).unwrap_or(false);
+    if !ok {
+        eprintln!("SKIP: {} not installed", tool);
+    }
+    ok
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ccscope-link-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn sh(cmd: &str) -> String {
+    let o = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn ccs_devices() -> Vec<String> {
+    sh("ip -o link show")
+        .lines()
+        .filter_map(|l| l.split(':').nth(1).map(|s| s.trim().split('@').next().unwrap_or("").to_string()))
+        .filter(|n| n.starts_with("ccs"))
+        .collect()
+}
+
+fn ccs_tables() -> Vec<String> {
+    sh("nft list tables 2>/dev/null").lines().filter(|l| l.contains("ccscope_")).map(String::from).collect()
+}
+
+/// Is `pid` a descendant of this test process?
+fn ours(pid: u32) -> bool {
+    let me = std::process::id();
+    let mut p = pid;
+    for _ in 0..64 {
+        if p == me {
+            return true;
+        }
+        let Ok(st) = std::fs::read_to_string(format!("/proc/{}/stat", p)) else { return false };
+        let Some(rest) = st.rsplit_once(')').map(|x| x.1) else { return false };
+        match rest.split_whitespace().nth(1).and_then(|x| x.parse().ok()) {
+            Some(pp) if pp > 1 => p = pp,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Shell index named by a device (ccs<idx>o) or table (ccscope_<idx>_<pid>).
+fn index_of(name: &str) -> Option<u32> {
+    if let Some(i) = name.find("ccscope_") {
+        return name[i + 8..].split('_').next()?.parse().ok();
+    }
+    name.strip_prefix("ccs")?.trim_end_matches(['o', 'i']).parse().ok()
+}
+
+/// Entries belonging to live shells of other users of this machine.
+fn foreign(name: &str) -> bool {
+    let Some(idx) = index_of(name) else { return false };
+    let pid = std::fs::read_to_string(format!("/run/ccscope/shells/{}.lock", idx))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    matches!(pid, Some(p) if std::path::Path::new(&format!("/proc/{}", p)).exists() && !ours(p))
+}
+
+/// Run a test body, then check that no shell state is left behind
+/// (ignoring live shells that other programs on this machine own).
+fn guarded(f: impl FnOnce()) {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    f();
+    // Teardown is synchronous, but give the kernel a moment to unregister.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let mut left: Vec<String> = ccs_devices().into_iter().chain(ccs_tables()).filter(|n| !foreign(n)).collect();
+        left.sort();
+        if left.is_empty() || Instant::now() > deadline {
+            assert!(left.is_empty(), "shell state left behind: {:?}", left);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn stats(path: &PathBuf) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// Pull a number out of our own pretty JSON without a JSON dependency:
+/// finds `"key": value` after the first occurrence of `section`.
+fn num_after(json: &str, section: &str, key: &str) -> f64 {
+    let start = json.find(section).unwrap_or_else(|| panic!("{} not in stats", section));
+    let rest = &json[start..];
+    let k = format!("\"{}\": ", key);
+    let i = rest.find(&k).unwrap_or_else(|| panic!("{} not in stats", key)) + k.len();
+    let v: String = rest[i..].chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-' || *c == 'e').collect();
+    v.parse().unwrap_or_else(|_| panic!("bad number for {}: {:?}", key, &rest[i..i + 20]))
+}
+
+/// Start the binary with a pipe on fd 3 for --ready-fd; waits for "ready".
+fn spawn_ready(args: &[&str]) -> Child {
+    let mut fds = [0i32; 2];
+    // CLOEXEC so children spawned by concurrently running tests don't inherit it.
+    // SAFETY: pipe2() fills two fds.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let (r, w) = (fds[0], fds[1]);
+    let mut cmd = Command::new(bin());
+    cmd.args(["--ready-fd", "3"]).args(args).stdin(Stdio::null());
+    // SAFETY: only dup2/fcntl between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            // dup2 onto 3 clears CLOEXEC; if w already is 3, clear it by hand.
+            let rc = if w == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(w, 3) };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    // SAFETY: closing our copy of the write end; r is owned by `f` below.
+    unsafe { libc::close(w) };
+    let mut f = unsafe { std::fs::File::from_raw_fd(r) };
+    let mut s = Vec::new();
+    let mut b = [0u8; 1];
+    while f.read(&mut b).unwrap_or(0) == 1 {
+        s.push(b[0]);
+        if b[0] == b'\n' {
+            break;
+        }
+    }
+    assert_eq!(text(&s), "ready\n", "shell did not report ready");
+    child
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: signalling a child we spawned.
+    unsafe { libc::kill(child.id() as i32, sig) };
+}
+
+#[test]
+fn check_mode_and_bad_options() {
+    let o = run(&["--check", "--rate", "500pps:1500p,334pps:1500p,500pps", "--buffer", "2bdp", "--delay", "50"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("\"packets\": 100"), "{}", out);
+    assert!(out.contains("500pps:1500p,334pps:1500p,500pps"));
+    let o = run(&["--check", "--rate", "fast"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).starts_with("ccscope-link: error: "), "{}", text(&o.stderr));
+    let o = run(&["--delay", "x", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn ping_rtt_with_delay() {
+    if !root() || !have("ping") {
+        return;
+    }
+    guarded(|| {
+        let st = tmp("ping.json");
+        let o = run(&[
+            "--delay", "25", "--stats", st.to_str().unwrap(), "--",
+            "sh", "-c", "ping -c 20 -i 0.05 $CCSCOPE_SHELL_OUTER_ADDR",
+        ]);
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{}\n{}", out, text(&o.stderr));
+        let line = out.lines().find(|l| l.contains("min/avg/max")).expect("ping summary");
+        let nums: Vec<f64> = line.split('=').nth(1).unwrap().trim().split(' ').next().unwrap().split('/').map(|x| x.parse().unwrap()).collect();
+        let (min, avg) = (nums[0], nums[1]);
+        assert!(min >= 50.0 && avg < 51.5, "rtt min {} avg {} (want ~50 ms)", min, avg);
+        assert!(out.contains(" 0% packet loss"), "{}", out);
+        let s = stats(&st);
+        // >= : a stray packet (e.g. a late RST from an earlier test) may cross too
+        assert!(num_after(&s, "\"down\": {\n    \"packets_in\"", "packets_in") as u64 >= 20);
+        // Generous: VM timer hiccups of 1-3 ms happen; the bench reports the real figures.
+        assert!(num_after(&s, "\"up\": {\n    \"packets_in\"", "p99") < 3000.0);
+        assert_eq!(num_after(&s, "\"exit_status\"", "exit_status"), 0.0);
+    });
+}
+
+/// A bulk TCP download from a listener in the root namespace through a
+/// 1 Mbit/s bottleneck with a 20-packet buffer.
+#[test]
+fn tcp_transfer_rate_and_pcap() {
+    if !root() {
+        return;
+    }
+    guarded(|| {
+        const BYTES: usize = 500_000;
+        let l = TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let srv = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let buf = vec![7u8; 16384];
+            let mut left = BYTES;
+            while left > 0 {
+                let n = left.min(buf.len());
+                c.write_all(&buf[..n]).unwrap();
+                left -= n;
+            }
+        });
+        let pcap = tmp("bulk.pcap");
+        let st = tmp("bulk.json");
+        let cmd = format!("exec 3<>/dev/tcp/$CCSCOPE_SHELL_OUTER_ADDR/{} && cat <&3 | wc -c", port);
+        let o = run(&[
+            "--rate", "1mbit", "--buffer", "20p", "--pcap", pcap.to_str().unwrap(),
+            "--stats", st.to_str().unwrap(), "--quiet", "--", "bash", "-c", &cmd,
+        ]);
+        srv.join().unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert_eq!(text(&o.stdout).trim(), BYTES.to_string());
+        assert!(o.stderr.is_empty(), "--quiet printed: {}", text(&o.stderr));
+
+        // pcap: parses, headers only, both directions, in time order
+        let raw = std::fs::read(&pcap).unwrap();
+        let recs = ccscope_link::pcap::read_all(&raw).expect("pcap parses");
+        assert!(recs.len() > 300);
+        assert!(recs.windows(2).all(|w| w[0].0 <= w[1].0), "pcap not in time order");
+        assert!(recs.iter().all(|r| r.1 <= 60 + 20 && r.1 <= r.2));
+        // Goodput from the receiver's cumulative ACKs (up packets are stamped
+        // after the bottleneck's outer edge; ACKs pace at the bottleneck).
+        let inner: Vec<u8> = recs.iter().find(|r| r.3[9] == 6).map(|r| r.3[12..16].to_vec()).unwrap();
+        let acks: Vec<(u64, u32)> = recs
+            .iter()
+            .filter(|r| r.3.len() >= 40 && r.3[9] == 6 && r.3[12..16] == inner[..] && r.3[(r.3[0] & 15) as usize * 4 + 13] & 0x10 != 0)
+            .map(|r| {
+                let ihl = (r.3[0] & 15) as usize * 4;
+                (r.0, u32::from_be_bytes(r.3[ihl + 8..ihl + 12].try_into().unwrap()))
+            })
+            .collect();
+        // ACK numbers are absolute (random ISN): work relative to the first.
+        let base = acks[0].1;
+        let (t0, a0) = acks.iter().find(|(_, a)| a.wrapping_sub(base) > 100_000).copied().unwrap();
+        let (t1, a1) = *acks.last().unwrap();
+        let goodput = (a1.wrapping_sub(a0)) as f64 * 8.0 / ((t1 - t0) as f64 / 1e9);
+        // 1448 payload bytes per 1500-byte packet: ~0.965 Mbit/s of goodput.
+        assert!((0.93e6..1.0e6).contains(&goodput), "goodput {} bit/s", goodput);
+
+        let s = stats(&st);
+        let achieved = num_after(&s, "\"down\": {\n    \"packets_in\"", "achieved_rate_bps");
+        assert!((achieved - 1e6).abs() < 0.01e6, "achieved {} bit/s", achieved);
+        let maxq = num_after(&s, "\"down\": {\n    \"packets_in\"", "max_queue_packets");
+        assert!(maxq <= 20.0, "queue {} > buffer", maxq);
+        let p99 = num_after(&s, "\"down\": {\n    \"packets_in\"", "p99");
+        assert!(p99 < 3000.0, "lateness p99 {} us", p99);
+    });
+}
+
+#[test]
+fn sigterm_is_forwarded_and_torn_down() {
+    if !root() {
+        return;
+    }
+    guarded(|| {
+        let mut c = spawn_ready(&["--quiet", "--", "sleep", "30"]);
+        assert!(!ccs_devices().is_empty());
+        let t = Instant::now();
+        signal(&c, libc::SIGTERM);
+        let st = c.wait().unwrap();
+        assert_eq!(st.code(), Some(128 + libc::SIGTERM));
+        assert!(t.elapsed() < Duration::from_secs(3));
+    });
+}
+
+#[test]
+fn exit_status_is_propagated() {
+    if !root() {
+        return;
+    }
+    guarded(|| {
+        let o = run(&["--quiet", "--", "sh", "-c", "exit 7"]);
+        assert_eq!(o.status.code(), Some(7));
+        let o = run(&["--quiet", "--", "/nonexistent/cmd"]);
+        assert_eq!(o.status.code(), Some(127));
+    });
+}
+
+#[test]
+fn cleanup_after_sigkill() {
+    if !root() || !have("nft") {
+        return;
+    }
+    guarded(|| {
+        let mut c = spawn_ready(&["--quiet", "--", "sleep", "30"]);
+        let pid = c.id();
+        let tables = ccs_tables();
+        let mine: Vec<&String> = tables.iter().filter(|t| t.ends_with(&format!("_{}", pid))).collect();
+        assert_eq!(mine.len(), 1, "{:?}", tables);
+        signal(&c, libc::SIGKILL);
+        c.wait().unwrap();
+        assert!(ccs_tables().iter().any(|t| t.ends_with(&format!("_{}", pid))), "table should be stale now");
+        // The killed shell's forked child may take a moment to die (PDEATHSIG).
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let out = loop {
+            let o = run(&["--cleanup"]);
+            assert!(o.status.success());
+            let out = text(&o.stdout);
+            if out.contains(&format!("_{}", pid)) || Instant::now() > deadline {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(out.contains(&format!("_{}", pid)), "cleanup output: {}", out);
+        assert!(out.contains(".lock"), "cleanup output: {}", out);
+        assert!(!ccs_tables().iter().any(|t| t.ends_with(&format!("_{}", pid))));
+    });
+}
+
+#[test]
+fn nested_shells() {
+    if !root() || !have("ping") {
+        return;
+    }
+    guarded(|| {
+        let cmd = format!(
+            "export A=$CCSCOPE_SHELL_OUTER_ADDR; {} --quiet --delay 5 -- sh -c 'echo depth=$CCSCOPE_SHELL_DEPTH; ping -c 5 -i 0.05 $A'",
+            bin()
+        );
+        let o = run(&["--quiet", "--delay", "10", "--", "sh", "-c", &cmd]);
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{}\n{}", out, text(&o.stderr));
+        assert!(out.contains("depth=2"), "{}", out);
+        let line = out.lines().find(|l| l.contains("min/avg/max")).expect("ping summary");
+        let avg: f64 = line.split('=').nth(1).unwrap().trim().split('/').nth(1).unwrap().parse().unwrap();
+        assert!((30.0..32.0).contains(&avg), "nested rtt {} (want ~30 ms)", avg);
+    });
+}
+
+#[test]
+fn server_inside_with_route_inner_addr_and_hosts() {
+    if !root() || !have("python3") {
+        return;
+    }
+    guarded(|| {
+        let hosts = tmp("hosts");
+        std::fs::write(&hosts, "127.0.0.1 localhost\n198.18.0.1 cubic.lab.test\n").unwrap();
+        let seen = tmp("seen");
+        let cmd = format!(
+            "getent hosts cubic.lab.test > {}; exec python3 -m http.server 18123 --bind 198.18.0.1",
+            seen.display()
+        );
+        let mut c = spawn_ready(&[
+            "--quiet", "--delay", "5", "--inner-addr", "198.18.0.1/32", "--route", "198.18.0.0/24",
+            "--hosts", hosts.to_str().unwrap(), "--", "sh", "-c", &cmd,
+        ]);
+        // Outside, the lab name must not resolve via the shell's hosts file.
+        assert!(!std::fs::read_to_string("/etc/hosts").unwrap().contains("cubic.lab.test"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let rtt = loop {
+            let t = Instant::now();
+            match TcpStream::connect_timeout(&"198.18.0.1:18123".parse().unwrap(), Duration::from_secs(2)) {
+                Ok(mut s) => {
+                    let rtt = t.elapsed();
+                    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+                    let mut r = String::new();
+                    let _ = s.read_to_string(&mut r);
+                    assert!(r.starts_with("HTTP/1.0 200"), "{}", r);
+                    break rtt;
+                }
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => panic!("cannot reach server inside the shell: {}", e),
+            }
+        };
+        assert!(rtt >= Duration::from_millis(10) && rtt < Duration::from_millis(15), "connect rtt {:?}", rtt);
+        assert!(std::fs::read_to_string(&seen).unwrap().contains("198.18.0.1"));
+        signal(&c, libc::SIGTERM);
+        let st = c.wait().unwrap();
+        assert_eq!(st.code(), Some(128 + libc::SIGTERM));
+    });
+}
+
+#[test]
+fn failed_setup_is_torn_down() {
+    if !root() {
+        return;
+    }
+    guarded(|| {
+        // 127.0.0.1/8 already exists on the inner lo: setup fails half-way.
+        let o = run(&["--quiet", "--inner-addr", "127.0.0.1/8", "--", "true"]);
+        assert_eq!(o.status.code(), Some(2));
+        let err = text(&o.stderr);
+        assert!(err.starts_with("ccscope-link: error: "), "{}", err);
+        // Bad output path: rejected before any network state exists.
+        let o = run(&["--quiet", "--pcap", "/nonexistent/dir/x.pcap", "--", "true"]);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(text(&o.stderr).contains("--pcap"));
+    });
+}
