@@ -13,7 +13,8 @@ fi
 
 # --- system packages -------------------------------------------------------------------
 APT_PKGS=(iproute2 nftables iputils-ping procps openssl curl ca-certificates
-          build-essential pkg-config python3 python3-venv tshark)
+          build-essential pkg-config python3 python3-venv tshark
+          clang bpftool libelf-dev zlib1g-dev)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,6 +37,9 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 log "building capture/link (ccscope-link)"
 cargo build --release --quiet --manifest-path capture/link/Cargo.toml
+
+log "building lab/ccas (BPF congestion-control zoo and its loader)"
+lab/ccas/build.sh
 
 # --- Python ------------------------------------------------------------------------------
 PY=${PYTHON:-python3}

@@ -28,7 +28,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "<cca>.lab.test, HTTP and HTTPS with a lab CA) behind an emulated Internet path, and "
         "record their TCP_INFO as ground truth.",
     )
-    sub = p.add_subparsers(dest="lab_cmd", required=True, metavar="{up,down,status}")
+    sub = p.add_subparsers(dest="lab_cmd", required=True, metavar="{up,down,status,ccas}")
 
     q = sub.add_parser("up", help="start the lab (no-op if already up with the same settings)")
     _state_dir_arg(q)
@@ -59,6 +59,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     _state_dir_arg(q)
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_status)
+
+    from ccscope.lab.ccas.cli import register as register_ccas
+
+    register_ccas(sub)
     return p
 
 

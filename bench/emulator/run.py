@@ -115,7 +115,7 @@ def shell(args, cmd, stats=None, pcap=None, timeout=120, capture=True):
         full += ["--stats", str(stats)]
     if pcap:
         full += ["--pcap", str(pcap)]
-    full += list(args) + ["--"] + list(cmd)
+    full += [*list(args), "--", *list(cmd)]
     for attempt in range(3):
         r = subprocess.run(full, capture_output=capture, text=True, timeout=timeout)
         # Another tool on a shared machine may delete a ccs* device by name
@@ -138,7 +138,7 @@ def pct(xs, q):
     if not xs:
         return None
     xs = sorted(xs)
-    i = min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))
+    i = min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))
     return xs[i]
 
 
@@ -186,7 +186,9 @@ def bench_delay():
     return {
         "delay_err_p50_ms": pct(errs, 0.5),
         "delay_err_p99_ms": pct(errs, 0.99),
-        "delay_err_method": "ping RTT through --delay D minus median RTT through a --delay 0 shell, halved, vs D",
+        "delay_err_method": (
+            "ping RTT through --delay D minus median RTT through a --delay 0 shell, halved, vs D"
+        ),
         "emulator_lateness_p50_us_max": max(emu_p50),
         "emulator_lateness_p99_us_max": max(emu_p99),
         "delay_err_from_lateness_p99_ms": max(emu_p99) / 1000.0,
@@ -258,7 +260,7 @@ def bench_rate():
 def udp_burst(buffer_args, n, size, rate="1mbit"):
     """Blast n UDP datagrams at a sink inside the shell; count arrivals."""
     st = TMP / "burst.json"
-    ready_r, ready_w = os.pipe()
+    _ready_r, _ready_w = os.pipe()
     sink = (
         "import socket,sys,time\n"
         "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.bind(('0.0.0.0',19999));s.settimeout(3)\n"
@@ -278,11 +280,12 @@ def udp_burst(buffer_args, n, size, rate="1mbit"):
     # Inner address is deterministic from the shell's env; read it from the stats later.
     time.sleep(0.2)
     inner = None
-    for l in subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout.splitlines():
-        m = re.search(r"ccs(\d+)o\s+inet (\S+)/30", l)
+    addrs = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    for line in addrs.splitlines():
+        m = re.search(r"ccs(\d+)o\s+inet (\S+)/30", line)
         if m:
             a = m.group(2).split(".")
-            inner_c = ".".join(a[:3] + [str(int(a[3]) + 1)])
+            inner_c = ".".join([*a[:3], str(int(a[3]) + 1)])
             inner = inner_c  # last one wins; bench runs a single shell here
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     payload = b"x" * (size - 28)
@@ -367,7 +370,7 @@ def ramp(ns, seconds, mtu, label=""):
         procs = []
         stats = []
         t0 = time.monotonic()
-        cpu0 = os.times()
+        os.times()
         for i in range(n):
             st = TMP / f"ramp_{mtu}_{n}_{i}.json"
             stats.append(st)
@@ -387,7 +390,8 @@ def ramp(ns, seconds, mtu, label=""):
                 "--",
                 "bash",
                 "-c",
-                f"exec 3<>/dev/tcp/$CCSCOPE_SHELL_OUTER_ADDR/{srv.port} && timeout {seconds} cat <&3 >/dev/null; exit 0",
+                f"exec 3<>/dev/tcp/$CCSCOPE_SHELL_OUTER_ADDR/{srv.port} && "
+                f"timeout {seconds} cat <&3 >/dev/null; exit 0",
             ]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         fails = 0
@@ -432,7 +436,8 @@ def ramp(ns, seconds, mtu, label=""):
         table.append(row)
         log(
             f"  N={n}: worst p99 {worst} us, median p99 {row['median_p99_lateness_us']} us, "
-            f"min rate ratio {row['min_rate_ratio']}, cpu {row['emulator_cpu_pct_of_2_cores']:.1f}% fails {fails}"
+            f"min rate ratio {row['min_rate_ratio']}, "
+            f"cpu {row['emulator_cpu_pct_of_2_cores']:.1f}% fails {fails}"
         )
         passed = fails == 0 and worst is not None and worst < 1000 and len(p99s) == n
         row["p99_under_1ms"] = passed
@@ -448,7 +453,7 @@ def ramp(ns, seconds, mtu, label=""):
 def leftovers():
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
-    return [l.split(":")[1].strip() for l in links.splitlines() if re.search(r"^\d+: ccs", l)], [
+    return [ln.split(":")[1].strip() for ln in links.splitlines() if re.search(r"^\d+: ccs", ln)], [
         t for t in tables.splitlines() if "ccscope_" in t
     ]
 
