@@ -45,6 +45,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help=f"comma-separated (default {','.join(DEFAULT_CCAS)}; known: "
                    f"{','.join(c.name for c in REGISTRY)})")  # fmt: skip
     q.add_argument("--mtu", type=int, default=1500)
+    q.add_argument(
+        "--instance",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run beside other labs: this lab's servers live in 198.18.N.0/24 (default 0)",
+    )
     q.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for health")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_up)
@@ -81,6 +88,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         cross_traffic_kbit=args.cross_traffic,
         ccas=tuple(c.strip() for c in args.ccas.split(",") if c.strip()),
         mtu=args.mtu,
+        instance=args.instance,
     )
     lab = Lab(args.state_dir)
     st = lab.up(params, timeout=args.timeout)

@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,10 @@ from ccscope.lab.registry import (
     DEFAULT_CCAS,
     LAB_DOMAIN,
     LAB_PREFIX,
+    MAX_INSTANCE,
     is_lab_address,
     lab_cca,
+    lab_prefix,
 )
 from ccscope.lab.server import DEFAULT_LARGE_BYTES, ListenerSpec, ServerConfig
 from ccscope.lab.tcpinfo import set_cca
@@ -120,6 +122,7 @@ class LabParams:
     ccas: tuple[str, ...] = DEFAULT_CCAS
     mtu: int = 1500
     large_bytes: int = DEFAULT_LARGE_BYTES
+    instance: int = 0  # which /24 of 198.18.0.0/16: labs with different instances coexist
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate", normalize_rate(self.rate))
@@ -140,6 +143,8 @@ class LabParams:
             raise LabError(f"duplicate CCA in {','.join(self.ccas)}")
         if not 576 <= self.mtu <= 9000:
             raise LabError("mtu must be in [576, 9000]")
+        if not 0 <= self.instance <= MAX_INSTANCE:
+            raise LabError(f"lab instance must be in 0..{MAX_INSTANCE}")
         if self.large_bytes < 400_000:
             raise LabError("the /large object must be at least 400 KB")
 
@@ -279,8 +284,9 @@ class Lab:
 
     def _up(self, params: LabParams, timeout: float) -> dict[str, Any]:
         link = _link_binary()
-        _check_prefix_free()
-        specs = [lab_cca(c) for c in params.ccas]
+        prefix = lab_prefix(params.instance)
+        _check_prefix_free(prefix)
+        specs = [replace(lab_cca(c), addr=lab_cca(c).addr_in(params.instance)) for c in params.ccas]
         _check_ccas(tuple(s.kernel for s in specs))
         names = [f"*.{LAB_DOMAIN}", LAB_DOMAIN, *(s.hostname for s in specs)]
         certs = ensure_certs(self.cert_dir, names, [s.addr for s in specs])
@@ -303,7 +309,7 @@ class Lab:
         tables_before = _nft_tables()
         r, w = os.pipe()
         argv = [
-            str(link), *params.link_args(), "--route", LAB_PREFIX,
+            str(link), *params.link_args(), "--route", prefix,
             *[a for s in specs for a in ("--inner-addr", f"{s.addr}/32")],
             "--stats", str(self.link_stats), "--ready-fd", str(w),
             "--", sys.executable, "-m", "ccscope.lab.server", "--config", str(self.config_file),
@@ -504,14 +510,18 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=10, check=False)
 
 
-def _check_prefix_free() -> None:
-    r = _run(["ip", "-j", "route", "show", LAB_PREFIX])
+def _state_prefix(st: dict[str, Any]) -> str:
+    return lab_prefix(int(st.get("params", {}).get("instance", 0)))
+
+
+def _check_prefix_free(prefix: str) -> None:
+    r = _run(["ip", "-j", "route", "show", prefix])
     routes = json.loads(r.stdout or "[]") if r.returncode == 0 else []
     if routes:
         dev = routes[0].get("dev", "?")
         raise LabError(
-            f"{LAB_PREFIX} is already routed (via {dev}): another lab is up. Stop it with "
-            "`ccscope lab down` (with its --state-dir) or `ccscope cleanup`."
+            f"{prefix} is already routed (via {dev}): another lab is up on this instance. Stop "
+            "it with `ccscope lab down` (with its --state-dir), or use another --instance."
         )
 
 
@@ -672,9 +682,10 @@ def _leftovers(st: dict[str, Any], procs: list[dict[str, int]], pgids: set[int])
     dev = st.get("link", {}).get("device")
     if dev and _link_exists(dev) and _device_owned_by_lab(st, dev):
         left.append(f"device {dev} still exists")
-    r = _run(["ip", "-j", "route", "show", LAB_PREFIX])
+    prefix = _state_prefix(st)
+    r = _run(["ip", "-j", "route", "show", prefix])
     if r.returncode == 0 and json.loads(r.stdout or "[]"):
-        left.append(f"route {LAB_PREFIX} still present")
+        left.append(f"route {prefix} still present")
     now = _nft_tables()
     left += [f"nft table {f} {n} still present" for f, n in st.get("nft_tables", []) if [f, n] in now]
     return sorted(set(left))
@@ -699,10 +710,11 @@ def _force_cleanup(st: dict[str, Any]) -> None:
         _run(["ip", "link", "del", dev])
     for fam, name in st.get("nft_tables", []):
         _run(["nft", "delete", "table", fam, name])
-    r = _run(["ip", "-j", "route", "show", LAB_PREFIX])
+    prefix = _state_prefix(st)
+    r = _run(["ip", "-j", "route", "show", prefix])
     routes = json.loads(r.stdout or "[]") if r.returncode == 0 else []
     if routes and (not dev or routes[0].get("dev") == dev):
-        _run(["ip", "route", "del", LAB_PREFIX])
+        _run(["ip", "route", "del", prefix])
 
 
 def _tail(path: Path, lines: int = 25) -> str:

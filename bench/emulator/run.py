@@ -341,24 +341,6 @@ def bench_droptail():
     return ok, res
 
 
-class KeepAwake:
-    """Nice-19 busy loops on every CPU. Our SCHED_FIFO event loops preempt
-    them at once, but they stop idle vCPUs from halting, which on this VM
-    (guest halt polling off) costs 0.1-3 ms per wakeup."""
-
-    def __enter__(self):
-        self.procs = [
-            subprocess.Popen(["nice", "-n", "19", "sh", "-c", "while :; do :; done"])
-            for _ in range(os.cpu_count() or 1)
-        ]
-        return self
-
-    def __exit__(self, *a):
-        for p in self.procs:
-            p.kill()
-            p.wait()
-
-
 def ramp(ns, seconds, mtu, label=""):
     log(f"== concurrent shells (mtu {mtu}{label})")
     table = []
@@ -486,22 +468,20 @@ def main():
     ns = [8, 16, 32] if a.quick else [8, 16, 32, 48, 64]
     secs = 5 if a.quick else 10
     res["load_avg_before_ramp"] = os.getloadavg()
-    best, best_all, table = ramp(ns, secs, 1500)
-    res["max_shells_p99_under_1ms"] = best
-    res["max_shells_p99_under_1ms_all_smaller_too"] = best_all
-    res["shells_table"] = table
+    # The headline uses the standard profiles' packet size (MTU 100: ~250 pkt/s per shell at
+    # 200 kbit/s) and is strict: every N up to it must pass. MTU 1500 is reported beside it.
     best, best_all, table = ramp(ns, secs, 100)
-    res["max_shells_p99_under_1ms_mtu100"] = best
-    res["max_shells_p99_under_1ms_mtu100_all_smaller_too"] = best_all
-    res["shells_table_mtu100"] = table
-    with KeepAwake():
-        best, best_all, table = ramp(ns, secs, 1500, label=", CPUs kept awake by nice-19 spinners")
-    res["max_shells_p99_under_1ms_keepawake"] = best
-    res["max_shells_p99_under_1ms_keepawake_all_smaller_too"] = best_all
-    res["shells_table_keepawake"] = table
+    res["max_shells_p99_under_1ms"] = best_all
+    res["max_shells_p99_under_1ms_largest_passing_n"] = best
+    res["shells_table"] = table
+    best, best_all, table = ramp(ns, secs, 1500)
+    res["max_shells_p99_under_1ms_mtu1500"] = best_all
+    res["max_shells_p99_under_1ms_mtu1500_largest_passing_n"] = best
+    res["shells_table_mtu1500"] = table
     res["load_avg_after_ramp"] = os.getloadavg()
     res["shell_workload"] = (
-        "each shell: --rate 200kbit --delay 20 --buffer 20p, one saturating TCP download "
+        "each shell: --rate 200kbit --delay 20 --buffer 20p --mtu 100 (headline) or 1500, one "
+        "saturating TCP download "
         f"from a server in the root namespace for {secs}s; p99 = max(down,up) lateness p99 per shell"
     )
     dev, tab = leftovers()

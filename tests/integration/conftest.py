@@ -9,8 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from ccscope.lab.lab import LAB_PREFIX, Lab, LabParams
+from ccscope.lab.lab import Lab, LabParams
+from ccscope.lab.registry import lab_prefix
 from tests.lab.lab_testkit import link_binary_or_skip
+
+# Not instance 0, so a developer's own `ccscope lab up` can stay up while the tests run.
+INSTANCE = 7
 
 
 @pytest.fixture(scope="module")
@@ -18,14 +22,15 @@ def lab_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     if os.geteuid() != 0:
         pytest.skip("needs root")
     link_binary_or_skip()
-    out = subprocess.run(["ip", "-j", "route", "show", LAB_PREFIX], capture_output=True, text=True).stdout
+    prefix = lab_prefix(INSTANCE)
+    out = subprocess.run(["ip", "-j", "route", "show", prefix], capture_output=True, text=True).stdout
     if json.loads(out or "[]"):
-        pytest.fail(f"{LAB_PREFIX} is already routed: another lab is up on this machine")
+        pytest.fail(f"{prefix} is already routed: another lab is up on this instance")
     state = tmp_path_factory.mktemp("labstate")
     old = os.environ.get("CCSCOPE_LAB_DIR")
     os.environ["CCSCOPE_LAB_DIR"] = str(state)  # measure() and CLI subprocesses find this lab
     lab = Lab(state)
-    lab.up(LabParams(delay_ms=10))
+    lab.up(LabParams(delay_ms=10, instance=INSTANCE))
     try:
         yield lab
     finally:

@@ -20,7 +20,7 @@ def test_measure_lab_cubic_profile_a(lab_up, tmp_path):
     run = m.runs[0]
     assert run.ok, run.error
     t = Trace.load(run.trace_file)
-    assert (t.flow.server, t.flow.server_port) == ("198.18.0.12", 443)
+    assert (t.flow.server, t.flow.server_port) == ("198.18.7.12", 443)
     assert t.bytes_acked >= 60000 and not t.partial
     # MTU 100 end to end: the server's segments are 100-byte packets, so many points.
     assert len(t.t) > 1500
@@ -67,7 +67,7 @@ def test_measure_cli_json_and_refusal(lab_up, tmp_path):
 
 
 def test_unreachable_target_is_a_clear_failure(lab_up, tmp_path):
-    m = measure("http://198.18.0.250/obj/1000", ["A"], tmp_path, lab=True, timeout=5)
+    m = measure("http://198.18.7.250/obj/1000", ["A"], tmp_path, lab=True, timeout=5)
     run = m.runs[0]
     assert not run.ok and run.error
     left = shell_leftovers(lab_up)

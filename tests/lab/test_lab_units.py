@@ -33,7 +33,7 @@ def test_registry_addresses_are_stable_and_in_prefix() -> None:
 @pytest.mark.parametrize(
     ("ip", "inside"),
     [("198.18.0.1", True), ("198.18.0.255", True), ("::ffff:198.18.0.12", True),
-     ("198.18.1.1", False), ("8.8.8.8", False), ("not-an-ip", False)],
+     ("198.18.1.1", True), ("198.19.0.1", False), ("8.8.8.8", False), ("not-an-ip", False)],
 )  # fmt: skip
 def test_is_lab_address(ip: str, inside: bool) -> None:
     assert is_lab_address(ip) is inside
@@ -93,3 +93,16 @@ def test_zoo_names_map_to_kernel_names() -> None:
     assert LabParams(ccas=("cc_bic", "reno")).ccas == ("bic", "reno")
     with pytest.raises(LabError, match="duplicate"):
         LabParams(ccas=("cc_bic", "bic"))
+
+
+def test_lab_instances_have_their_own_prefix_and_same_hosts() -> None:
+    from ccscope.lab.registry import LAB_NET, lab_prefix
+
+    cubic = lab_cca("cubic")
+    assert lab_prefix(0) == LAB_PREFIX and lab_prefix(3) == "198.18.3.0/24"
+    assert cubic.addr_in(0) == cubic.addr == "198.18.0.12"
+    assert cubic.addr_in(3) == "198.18.3.12"
+    found = cca_for_address("198.18.3.12")
+    assert found is not None and found.name == "cubic"
+    assert cca_for_address("198.19.0.12") is None
+    assert all(c.addr_in(255) in {str(a) for a in LAB_NET} for c in REGISTRY)
