@@ -63,7 +63,7 @@ def format_measurement(d: dict[str, Any]) -> str:
     hdr += f"{'RTTint':>8}{'RTTbase':>9}"
     gt = any(r.get("groundtruth") for r in d["runs"])
     if gt:
-        hdr += f"{'cca':>7}{'err cap':>9}{'err snd':>9}"
+        hdr += f"{'cca':>7}{'err cap':>9}{'err snd':>9}{'strict':>8}"
     lines.append(hdr)
     for r in d["runs"]:
         row = (
@@ -74,18 +74,24 @@ def format_measurement(d: dict[str, Any]) -> str:
         g = r.get("groundtruth")
         if gt and g:
             row += (
-                f"{g.get('cca') or '?':>7}{g['capture']['mae_pct_bdp']:>8.1f}%"
-                f"{g['sender']['mae_pct_bdp']:>8.1f}%"
+                f"{g.get('cca') or '?':>7}{_pct(g['capture'].get('mae_pct_bdp_resolved')):>9}"
+                f"{_pct(g['sender'].get('mae_pct_bdp_resolved')):>9}"
+                f"{_pct(g['sender'].get('mae_pct_bdp')):>8}"
             )
         lines.append(row)
         if r.get("error"):
             lines.append(f"         error: {r['error']}")
     if gt:
         lines.append(
-            "err = mean |BiF measured - BiF from the server's TCP_INFO|, % of the path BDP;"
-            " cap = as seen at the bottleneck, snd = shifted to the sender"
+            "err = mean |BiF measured - BiF from the server's TCP_INFO| beyond the truth's 1 ms "
+            "resolution, % of path BDP;\n      cap = as seen at the bottleneck, snd = shifted to "
+            "the sender; strict = snd against the last truth sample"
         )
     return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}%"
 
 
 def _ms(x: float | None) -> str:
