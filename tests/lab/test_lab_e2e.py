@@ -19,14 +19,18 @@ from ccscope.errors import LabError
 from ccscope.lab import cli
 from ccscope.lab.content import object_bytes
 from ccscope.lab.groundtruth import find_record
-from ccscope.lab.lab import LAB_PREFIX, Lab, LabParams, _check_ccas, _nft_tables
+from ccscope.lab.lab import Lab, LabParams, _check_ccas, _nft_tables
+from ccscope.lab.registry import lab_prefix
 from tests.lab.lab_testkit import link_binary_or_skip, needs_root, wait_for
 
 pytestmark = [needs_root, pytest.mark.netns, pytest.mark.slow]
+# Its own lab instance: a developer's `ccscope lab up` (instance 0) may stay up meanwhile.
+INSTANCE = 6
+PREFIX = lab_prefix(INSTANCE)
 
 
 def _prefix_routed() -> bool:
-    out = subprocess.run(["ip", "-j", "route", "show", LAB_PREFIX], capture_output=True,
+    out = subprocess.run(["ip", "-j", "route", "show", PREFIX], capture_output=True,
                          text=True, check=False).stdout  # fmt: skip
     return bool(json.loads(out or "[]"))
 
@@ -35,9 +39,9 @@ def _prefix_routed() -> bool:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     link_binary_or_skip()
     if _prefix_routed():
-        pytest.skip(f"{LAB_PREFIX} is routed already: another lab is up on this machine")
+        pytest.fail(f"{PREFIX} is routed already: another lab is up on instance {INSTANCE}")
     lab = Lab(tmp_path_factory.mktemp("labstate"))
-    lab.up(LabParams(delay_ms=10))
+    lab.up(LabParams(delay_ms=10, instance=INSTANCE))
     try:
         yield lab
     finally:
@@ -88,7 +92,7 @@ def test_fetch_from_client_shell_leaves_groundtruth(lab: Lab, tmp_path: Path) ->
     rec = find_record(run_id, gt_dir=lab.gt_dir, wait_s=10)
     assert rec is not None, "no ground truth with the run id"
     assert rec.meta["cca"] == "cubic" and rec.meta["scheme"] == "https"
-    assert rec.meta["server"] == {"addr": "198.18.0.12", "port": 443}
+    assert rec.meta["server"] == {"addr": f"198.18.{INSTANCE}.12", "port": 443}
     assert rec.meta["requests"][0]["acked"]
     tr = rec.to_trace()
     assert tr.extra["run_id"] == run_id
@@ -101,7 +105,7 @@ def test_fetch_from_client_shell_leaves_groundtruth(lab: Lab, tmp_path: Path) ->
 def test_up_again_is_a_noop(lab: Lab) -> None:
     st = lab.state()
     assert st is not None
-    again = lab.up(LabParams(delay_ms=10))
+    again = lab.up(LabParams(delay_ms=10, instance=INSTANCE))
     assert again["changed"] is False
     assert again["pids"]["link"] == st["pids"]["link"]
 
@@ -109,7 +113,7 @@ def test_up_again_is_a_noop(lab: Lab) -> None:
 def test_up_with_new_params_restarts_with_cross_traffic(lab: Lab) -> None:
     old = lab.state()
     assert old is not None
-    st = lab.up(LabParams(delay_ms=5, rate="20000", cross_traffic_kbit=800))
+    st = lab.up(LabParams(delay_ms=5, rate="20000", cross_traffic_kbit=800, instance=INSTANCE))
     assert st["changed"] is True and st["pids"]["link"] != old["pids"]["link"]
     assert not os.path.exists(f"/proc/{old['pids']['link']['pid']}/stat") or not _same_proc(
         old["pids"]["link"]
