@@ -36,6 +36,9 @@ from ccscope.profile import get_profile
 from ccscope.trace import Trace
 
 CCAS = ("reno", "cubic", "bbr")
+# SACK-less NewReno repairs one hole per RTT: after a slow-start overshoot at 80 ms Internet
+# delay and profile B (RTT ~0.37 s) a 150 KB download takes well over a minute.
+DOWNLOAD_TIMEOUT_S = 180.0
 SERIES = ("capture", "sender")
 
 
@@ -142,7 +145,12 @@ def main() -> int:
                         url = "https://{}.lab.test/obj/" + str(args.object_bytes)
                         futs = [
                             pool.submit(
-                                measure, url.format(c), ("A", "B"), work / f"d{d:g}" / f"{c}-{rep}", lab=True
+                                measure,
+                                url.format(c),
+                                ("A", "B"),
+                                work / f"d{d:g}" / f"{c}-{rep}",
+                                lab=True,
+                                timeout=DOWNLOAD_TIMEOUT_S,
                             )
                             for c in CCAS
                         ]
