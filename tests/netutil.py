@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 CCSCOPE = [sys.executable, "-m", "ccscope.cli"]
 
@@ -19,9 +20,19 @@ def ccscope_tables() -> set[str]:
     return {line.split()[-1] for line in out.splitlines() if "ccscope_" in line}
 
 
-def shell_leftovers(lab: object | None = None) -> list[str]:
-    """Devices and nft tables of shells other than the lab's own."""
-    keep_dev: set[str] = set(getattr(lab, "devices", ()) or ())
-    keep_tab: set[str] = set(getattr(lab, "tables", ()) or ())
-    left = sorted(ccs_devices() - keep_dev) + sorted(ccscope_tables() - keep_tab)
+def leftovers_of(stats: dict) -> list[str]:
+    """What the shell that wrote `stats` left behind. Other shells may be running on the
+    machine (and reuse the device name at once), so ownership goes by the emulator's pid."""
+    sh = stats["shell"]
+    idx, pid = sh["index"], sh["pid"]
+    left = [t for t in ccscope_tables() if t == f"ccscope_{idx}_{pid}"]
+    lock = Path(f"/run/ccscope/shells/{idx}.lock")
+    try:
+        holder = int(lock.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        holder = None
+    if holder == pid:
+        left.append(f"lock {lock} still held by {pid}")
+    if sh["outer_dev"] in ccs_devices() and (holder == pid or holder is None):
+        left.append(sh["outer_dev"])
     return left

