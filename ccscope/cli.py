@@ -214,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_lab(sub)
 
+    from ccscope.classifier.cli import register as register_classifier
+
+    register_classifier(sub)
+
     p = sub.add_parser("demo", help="lab measurement of every built-in CCA, with a summary")
     p.add_argument("--object-bytes", type=int, default=200_000)
     p.add_argument("--keep-lab", action="store_true", help="leave the lab running afterwards")

@@ -29,7 +29,7 @@ KINDS = ("cca", "unknown", "insufficient")
 class Verdict:
     label: str
     kind: str
-    confidence: float  # probability that `label` is right (for unknown: that it is none of the classes)
+    confidence: float  # calibrated probability of `label`; unknown: 1 - that of the nearest class
     explanation: str
     classifier_version: str
     nearest: str | None = None  # unknown: the closest trained family

@@ -1,0 +1,582 @@
+"""Trace -> features: the stages of the bytes-in-flight method (METHOD.md §3, thesis §6.2.4).
+
+1. `prepare`: resample BiF onto a uniform grid, in units of the path's bandwidth-delay product
+   (so profiles A and B and any Internet RTT are on one scale), and low-pass it at 1/RTT.
+2. `find_slow_start_end`: where congestion avoidance begins.
+3. `segment`: cut congestion avoidance at back-offs (loss recoveries and sharp drops).
+4. `fit_segment`: normalise a segment to [0, 1] x [0, 1], sample 200 points, fit degree 1..3
+   polynomials and pick the degree by MSE + λ·degree·Σ|coeffs|.
+5. `trace_features`: one explainable vector per trace (segment shapes plus back-off ratio,
+   growth per RTT, level against the BDP, loss rate, periodicity).
+
+Everything is plain numpy and deterministic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ccscope.profile import first_rate_bps
+from ccscope.trace import Trace
+
+DT = 0.01  # grid step (s): RTTs here are >= 100 ms, BiF changes every ~4 ms at 250 pkt/s
+N_SAMPLES = 200  # points per normalised segment (as the thesis)
+POLY_LAMBDA = 1e-4  # penalty weight; see fit_segment
+MIN_SEGMENT_RTTS = 4.0  # shorter stretches carry no shape
+MIN_CA_RTTS = 20.0  # congestion avoidance shorter than this is "too short"
+DEFAULT_MSS = 48  # the standard profiles' MTU 100 minus IP/TCP headers and timestamps
+
+
+class InsufficientData(Exception):
+    """The trace cannot carry a verdict; the message is the reason shown to people."""
+
+
+@dataclass
+class Prepared:
+    """A trace on a uniform grid, BiF in BDPs, plus what was learnt while preparing it."""
+
+    t: np.ndarray  # seconds, uniform step DT
+    raw: np.ndarray  # BiF / BDP, step-interpolated
+    pipe: np.ndarray  # pipe estimate / BDP (BiF less segments held out of order)
+    smooth: np.ndarray  # raw, low-passed at 1/RTT
+    rtt: float  # seconds: the path's base RTT
+    bdp: float  # bytes
+    mss: float  # bytes
+    retransmits: np.ndarray  # times (s) of retransmissions
+    profile: str | None
+    packets: int
+    rate_bps: float
+    goodput_bps: float
+    notes: list[str] = field(default_factory=list)
+    cache: dict[Any, Any] = field(default_factory=dict)  # intermediate results shared by detectors
+
+
+def _path_numbers(tr: Trace) -> tuple[float, float, float, float, list[str]]:
+    """RTT (s), BDP (bytes) and MSS for the trace; estimated when the metadata lacks them."""
+    notes: list[str] = []
+    prof = tr.profile or {}
+    rtt_ms = tr.base_rtt_ms
+    if not rtt_ms or rtt_ms <= 0:
+        rtt_ms = float(prof.get("base_rtt_ms") or 0.0) + float(tr.internet_rtt_ms or 0.0)
+    if not rtt_ms or rtt_ms <= 0:
+        rtt_ms = 150.0
+        notes.append("no RTT in the trace: assumed 150 ms")
+    rate = None
+    try:
+        rate = first_rate_bps(str((prof.get("down") or {}).get("rate", "")) or "inf")
+    except Exception:
+        rate = None
+    if rate is None:
+        # Goodput over the transfer is the bottleneck rate's best stand-in (the method saturates it).
+        dur = tr.duration
+        rate = 8.0 * tr.bytes_acked / dur if dur > 0 and tr.bytes_acked > 0 else 200e3
+        notes.append(f"no bottleneck rate in the trace: estimated {rate / 1e3:.0f} kbit/s")
+    bdp = rate / 8.0 * rtt_ms / 1000.0
+    mtu = prof.get("mtu")
+    mss = float(mtu) - 52.0 if isinstance(mtu, int | float) and mtu > 60 else float(DEFAULT_MSS)
+    return rtt_ms / 1000.0, bdp, mss, rate, notes
+
+
+def lowpass(x: np.ndarray, dt: float, cutoff_hz: float) -> np.ndarray:
+    """FFT low-pass: drop what varies faster than the cut-off (thesis: 1/RTT).
+
+    A Gaussian roll-off instead of a brick wall, so sharp back-offs do not ring; the series is
+    mirrored first so the ends do not wrap around into each other.
+    """
+    if len(x) < 4:
+        return x.copy()
+    # mirror a few cut-off periods at each end (the filter's reach), then pad to a power of
+    # two: FFT lengths with large prime factors are slow
+    m = min(len(x) - 1, max(8, int(5.0 / (cutoff_hz * dt))))
+    ext = np.concatenate([x[m:0:-1], x, x[-2 : -m - 2 : -1]])
+    n = 1 << (len(ext) - 1).bit_length()
+    ext = np.pad(ext, (0, n - len(ext)), mode="edge")
+    spec = np.fft.rfft(ext)
+    f = np.fft.rfftfreq(n, dt)
+    # gain 0.5 at the cut-off, ~1 well below it
+    spec *= np.exp(-math.log(2.0) * (f / cutoff_hz) ** 2)
+    y = np.fft.irfft(spec, n=n)
+    return y[m : m + len(x)]
+
+
+def pipe_estimate(t: np.ndarray, bif: np.ndarray, dupacks: np.ndarray, mss: float) -> np.ndarray:
+    """Bytes actually in the network: BiF minus the segments the receiver holds out of order.
+
+    Without SACK the sender keeps sending new data on duplicate ACKs while the cumulative ACK
+    waits at the first hole, so max_seq - max_ack keeps growing through a recovery although
+    the pipe does not (METHOD §1: "correct for retransmissions and dup-ACKs"). Every duplicate
+    ACK is one more segment held by the receiver; an ACK that advances by A bytes while
+    segments are held releases A/MSS - 1 of them (the one is the retransmitted hole)."""
+    if len(bif) < 2 or len(dupacks) == 0:
+        return bif.astype(np.float64)
+    d = np.diff(bif, prepend=bif[0]).astype(np.float64)
+    adv = np.nonzero(d < 0)[0]
+    dup = np.sort(dupacks)
+    # BiF at each duplicate ACK caps what the receiver can hold: after a timeout the sender
+    # resends segments the receiver already has and their duplicate ACKs hold nothing new
+    cap_dup = bif[np.clip(np.searchsorted(t, dup, side="right") - 1, 0, len(bif) - 1)] / mss
+    ev_t = np.concatenate([dup, t[adv]])
+    ev_v = np.concatenate([np.ones(len(dup)), d[adv] / mss])
+    ev_cap = np.concatenate([cap_dup, bif[adv] / mss])
+    order = np.argsort(ev_t, kind="stable")
+    ev_t, ev_v, ev_cap = ev_t[order], ev_v[order], ev_cap[order]
+    held = [0.0] * len(ev_v)
+    h = 0.0
+    for k, (v, cap) in enumerate(zip(ev_v.tolist(), ev_cap.tolist(), strict=True)):
+        if v > 0:
+            h += 1.0
+        elif h > 0:
+            h += v + 1.0
+            if h < 0.0:
+                h = 0.0
+        if h > cap:
+            h = cap
+        held[k] = h
+    j = np.searchsorted(ev_t, t, side="right") - 1
+    ha = np.asarray(held)
+    h_at = np.where(j >= 0, ha[np.clip(j, 0, None)], 0.0)
+    return np.maximum(bif - h_at * mss, 0.0)
+
+
+def prepare(tr: Trace) -> Prepared:
+    if len(tr.t) < 2:
+        raise InsufficientData("the trace is empty")
+    rtt, bdp, mss, rate, notes = _path_numbers(tr)
+    t0, t1 = float(tr.t[0]), float(tr.t[-1])
+    if t1 - t0 < 10 * rtt:
+        raise InsufficientData(f"the trace lasts {t1 - t0:.2f} s, under 10 round trips")
+    grid = np.arange(t0, t1, DT)
+    # BiF holds its value until the next packet: "previous" interpolation
+    idx = np.searchsorted(tr.t, grid, side="right") - 1
+    dup = np.asarray(tr.events.get("dupack", []), dtype=np.float64)
+    ii = np.clip(idx, 0, len(tr.bif) - 1)
+    raw = tr.bif[ii].astype(np.float64) / bdp
+    pipe = pipe_estimate(tr.t, tr.bif, dup, mss)[ii] / bdp
+    smooth = lowpass(raw, DT, 1.0 / rtt)
+    retx = np.asarray(tr.events.get("retransmit", []), dtype=np.float64)
+    pk = tr.extra.get("packets")
+    packets = int(pk) if isinstance(pk, int | float) else len(tr.t)
+    prof = (tr.profile or {}).get("name")
+    goodput = 8.0 * tr.bytes_acked / (t1 - t0)
+    return Prepared(
+        grid - t0, raw, pipe, smooth, rtt, bdp, mss, retx - t0, prof, packets, rate, goodput, notes
+    )
+
+
+@dataclass
+class Backoff:
+    start: float  # s: the drop begins (the peak)
+    end: float  # s: the drop's trough (recovery over)
+    peak: float  # BiF/BDP before
+    trough: float  # BiF/BDP after
+    cause: str  # "loss" (a retransmission cluster) or "drop" (a sharp fall without loss)
+
+
+def _loss_clusters(retx: np.ndarray, gap: float) -> list[tuple[float, float]]:
+    """Retransmissions closer than `gap` belong to one recovery episode."""
+    if len(retx) == 0:
+        return []
+    r = np.sort(retx)
+    out = []
+    s = p = float(r[0])
+    for x in r[1:]:
+        if x - p > gap:
+            out.append((s, p))
+            s = float(x)
+        p = float(x)
+    out.append((s, p))
+    return out
+
+
+def find_backoffs(p: Prepared, drop_frac: float = 0.25) -> list[Backoff]:
+    """Back-offs: every loss-recovery episode, plus sharp falls of the smoothed BiF by more than
+    `drop_frac` of its level within 3 RTT (delay-based and rate-based senders back off without
+    loss; BBR's ProbeRTT is such a fall)."""
+    rtt, s, t = p.rtt, p.smooth, p.t
+    out: list[Backoff] = []
+    # Slow start's first flights leave idle gaps that look like falls: nothing counts before the
+    # BiF first reaches half the pipe.
+    filled = np.nonzero(s >= 0.5)[0]
+    t_fill = float(t[filled[0]]) if len(filled) else float(t[-1])
+    # One recovery retransmits one hole per RTT, and RTTs then include a full 2xBDP queue (3x
+    # the base RTT): gaps up to 4 base RTTs still belong to one episode.
+    for a, b in _loss_clusters(p.retransmits[p.retransmits >= t_fill - rtt], 4.0 * rtt):
+        i0 = int(np.clip(np.searchsorted(t, a - rtt), 0, len(t) - 1))
+        i1 = int(np.clip(np.searchsorted(t, b + rtt), 0, len(t) - 1))
+        # the trough: the lowest level within 3 RTT after recovery ends
+        i2 = int(np.clip(np.searchsorted(t, b + 4 * rtt), i1 + 1, len(t)))
+        j = i1 + int(np.argmin(s[i1:i2])) if i2 > i1 else i1
+        # the window at the loss: the level just before the first retransmission (after it,
+        # BiF grows with every new segment sent on duplicate ACKs and says nothing of cwnd)
+        ia = int(np.clip(np.searchsorted(t, a), i0 + 1, len(t)))
+        pk = float(np.max(s[i0:ia]))
+        out.append(Backoff(t[i0], t[j], pk, float(s[j]), "loss"))
+    # sharp falls: compare with the running maximum over the last 3 RTT (vectorised: only the
+    # few points that qualify are visited one by one)
+    w = max(1, round(3 * rtt / DT))
+    start = max(w, int(np.searchsorted(t, t_fill)))
+    covered = [(b.start - rtt, b.end + rtt) for b in out]
+    if len(s) > start:
+        runmax = np.empty(len(s))
+        runmax[w:] = sliding_window_view(s, w)[:-1].max(axis=1)
+        runmax[:w] = np.inf
+        cand = np.nonzero((runmax > 0.2) & (s < (1 - drop_frac) * runmax))[0]
+        cand = cand[cand >= start]
+        nxt = 0
+        for i in cand:
+            if i < nxt:
+                continue
+            lo = i - w
+            k = lo + int(np.argmax(s[lo:i]))
+            j = int(i)
+            while j + 1 < len(s) and s[j + 1] <= s[j]:  # follow the fall to its trough
+                j += 1
+            if not any(a <= t[k] <= b for a, b in covered):
+                out.append(Backoff(float(t[k]), float(t[j]), float(s[k]), float(s[j]), "drop"))
+            nxt = j + w
+    out.sort(key=lambda b: b.start)
+    return out
+
+
+def find_slow_start_end(p: Prepared, backoffs: list[Backoff]) -> float:
+    """Slow start ends with the first back-off; a sender that never backs off (delay-based,
+    paced) left it where the smoothed BiF stopped growing by more than 10 % per RTT."""
+    s, rtt = p.smooth, p.rtt
+    first = backoffs[0].end if backoffs else float(p.t[-1])
+    lag = max(1, round(rtt / DT))
+    for i in range(lag, len(s)):
+        if p.t[i] >= first:
+            break
+        if s[i] > 0.5 and s[i] < 1.1 * s[i - lag]:
+            # growth stalled without a back-off: a delay- or rate-based exit (Vegas, BBR)
+            return float(p.t[i])
+    if not backoffs:
+        # never backed off and never reached half the BDP (CDG, LP): growth below 20 % over
+        # 3 RTT ends slow start
+        for i in range(3 * lag, len(s) - 2 * lag):
+            if s[i] > 0.1 and s[i + 2 * lag] < 1.2 * s[i - lag]:
+                return float(p.t[i])
+    return first
+
+
+def find_tail_start(p: Prepared) -> float:
+    """The download's end drains the window: drop the final fall to zero."""
+    s = p.smooth
+    lvl = float(np.median(s[len(s) // 2 :])) if len(s) else 0.0
+    above = np.nonzero(s > 0.5 * lvl)[0]
+    end = float(p.t[above[-1]]) if len(above) else float(p.t[-1])
+    return max(float(p.t[0]), end - 2 * p.rtt)
+
+
+def find_plateaus(ps: np.ndarray, t: np.ndarray, rtt: float, t0: float, t1: float) -> list[float]:
+    """Levels of the flat stretches (>= 4 RTT within ±4 %) of the smoothed pipe, in time order,
+    merged when neighbours sit at the same level. In a recovery the pipe holds ssthresh, so the
+    sequence of plateaus is the sequence of reduced windows."""
+    i0, i1 = int(np.searchsorted(t, t0)), int(np.searchsorted(t, t1))
+    w = max(4, round(4 * rtt / DT))
+    x = ps[i0:i1]
+    if len(x) <= w:
+        return []
+    win = sliding_window_view(x, w)[::2]
+    m = win.mean(axis=1)
+    flat = ((win.max(axis=1) - win.min(axis=1)) < 0.08 * np.maximum(m, 1e-9)) & (m > 0.3)
+    out: list[float] = []
+    prev_flat = False
+    for f, lvl in zip(flat.tolist(), m.tolist(), strict=True):
+        if f and (not prev_flat) and not (out and abs(lvl - out[-1]) < 0.04 * out[-1]):
+            out.append(lvl)
+        prev_flat = f
+    return out
+
+
+@dataclass
+class Segment:
+    start: float
+    end: float
+    cause_before: str  # what ended the previous segment
+    beta: float | None  # trough / peak of the back-off that opened it
+    degree: int = 0
+    coeffs: list[float] = field(default_factory=list)  # highest power first, of the chosen degree
+    coeffs3: list[float] = field(default_factory=list)  # the cubic fit, always (a fixed-length feature)
+    mse: float = 0.0
+    growth: float = 0.0  # MSS per RTT over the segment's first half
+    rise: float = 0.0  # (end level - start level) in BDPs
+    level: float = 0.0  # mean BiF/BDP
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start_s": self.start,
+            "end_s": self.end,
+            "after": self.cause_before,
+            "beta": self.beta,
+            "degree": self.degree,
+            "coeffs": self.coeffs,
+            "growth_mss_per_rtt": self.growth,
+            "rise_bdp": self.rise,
+            "level_bdp": self.level,
+        }
+
+
+def fit_segment(x: np.ndarray, lam: float = POLY_LAMBDA) -> tuple[int, list[float], list[float], float]:
+    """Normalise to [0,1] in both axes, sample N_SAMPLES points, fit degrees 1..3 and choose by
+    MSE + λ·degree·Σ|coeffs| (the thesis' penalised error; Σ|.| rather than Σ because signed
+    coefficients would let a wild fit cancel itself out). On [0,1]-normalised data the MSEs are
+    ~1e-3 while Σ|coeffs| is 1-15, so the thesis' λ=0.7 and the public code's 0.02-0.09 pick
+    degree 1 for nearly every shape; λ=1e-4 recovers line, parabola and cubic (tested).
+    Returns (degree, coeffs of that degree, cubic coeffs, its MSE)."""
+    u = np.linspace(0.0, 1.0, len(x))
+    us = np.linspace(0.0, 1.0, N_SAMPLES)
+    y = np.interp(us, u, x)
+    lo, hi = float(y.min()), float(y.max())
+    y = (y - lo) / (hi - lo) if hi - lo > 1e-12 else np.zeros_like(y)
+    best: tuple[float, int, list[float], float] | None = None
+    c3: list[float] = []
+    for d in (1, 2, 3):
+        c = np.polyfit(us, y, d)
+        mse = float(np.mean((np.polyval(c, us) - y) ** 2))
+        err = mse + lam * d * float(np.sum(np.abs(c[:-1])))
+        if d == 3:
+            c3 = [float(v) for v in c]
+        if best is None or err < best[0] - 1e-12:
+            best = (err, d, [float(v) for v in c], mse)
+    assert best is not None
+    return best[1], best[2], c3, best[3]
+
+
+def segment(p: Prepared, backoffs: list[Backoff], ca_start: float, ca_end: float) -> list[Segment]:
+    """The stretches between back-offs inside congestion avoidance, each fitted."""
+    bounds: list[tuple[float, float, str, float | None]] = []
+    cur, cause, beta = ca_start, "slow start", None
+    for b in backoffs:
+        if b.end <= ca_start:
+            continue
+        if b.start > ca_end:
+            break
+        bounds.append((cur, b.start, cause, beta))
+        cur, cause = b.end, b.cause
+        beta = b.trough / b.peak if b.peak > 0 else None
+    bounds.append((cur, ca_end, cause, beta))
+    segs = []
+    rtt = p.rtt
+    for a, b, c, be in bounds:
+        if b - a < MIN_SEGMENT_RTTS * rtt:
+            continue
+        i0, i1 = int(np.searchsorted(p.t, a)), int(np.searchsorted(p.t, b))
+        x = p.smooth[i0:i1]
+        if len(x) < 8:
+            continue
+        deg, co, c3, mse = fit_segment(x)
+        half = max(2, len(x) // 2)
+        slope = float(np.polyfit(p.t[i0 : i0 + half], x[:half], 1)[0])  # BDP per second
+        growth = slope * p.bdp / p.mss * rtt  # MSS per RTT: AIMD increase is counted in segments
+        segs.append(Segment(a, b, c, be, deg, co, c3, mse, growth, float(x[-1] - x[0]), float(np.mean(x))))
+    return segs
+
+
+def periodicity(x: np.ndarray, rtt: float, lo_rtts: float, hi_rtts: float) -> tuple[float, float]:
+    """Strongest period (in RTTs) within [lo, hi] of the detrended series and the share of the
+    band's variance it holds: BBRv1's 8-RTT gain cycle shows as a sharp line near 8."""
+    if len(x) < 16:
+        return 0.0, 0.0
+    # detrend with a moving average 3x longer than the longest period of interest
+    w = max(3, round(3 * hi_rtts * rtt / DT))
+    c = np.cumsum(np.concatenate([[0.0], np.pad(x, (w // 2, w - 1 - w // 2), mode="edge")]))
+    trend = (c[w:] - c[:-w]) / w  # moving average via a cumulative sum: O(n), not O(n·w)
+    y = (x - trend) * np.hanning(len(x))
+    spec = np.abs(np.fft.rfft(y)) ** 2
+    f = np.fft.rfftfreq(len(y), DT)
+    with np.errstate(divide="ignore"):
+        period = np.where(f > 0, 1.0 / np.maximum(f, 1e-12) / rtt, np.inf)
+    band = (period >= lo_rtts) & (period <= hi_rtts)
+    if not band.any() or spec[band].sum() <= 0:
+        return 0.0, 0.0
+    # wider context: everything slower than one RTT
+    ctx = (period >= 1.0) & (period <= 4 * hi_rtts)
+    j = int(np.argmax(np.where(band, spec, -1)))
+    # power in a small neighbourhood of the peak
+    near = band & (np.abs(np.arange(len(spec)) - j) <= 1)
+    share = float(spec[near].sum() / max(spec[ctx].sum(), 1e-18))
+    return float(period[j]), share
+
+
+# The feature vector: names, in order. Every entry is explainable on its own.
+FEATURES = (
+    "beta",  # median trough/peak of loss back-offs (Reno 0.5, CUBIC 0.7, BIC 0.8, Scalable 0.875)
+    "beta_spread",  # IQR of the above: fixed-β AIMD vs adaptive (HTCP, Illinois, Westwood)
+    "growth",  # median increase in MSS per RTT after a back-off (Reno 1, Hybla rho^2, ...)
+    "log_seg_rtts",  # log of median segment length in RTTs (the back-off period)
+    "backoffs_per_100rtt",
+    "loss_per_100pkt",  # retransmissions per 100 packets
+    "level",  # log median pipe (BiF less held segments) in BDPs after slow start (Vegas ~0.5)
+    "level_p10",
+    "level_p90",
+    "cv",  # coefficient of variation of the pipe after slow start
+    "deg_mean",  # mean chosen polynomial degree
+    "c3_a",  # median cubic coefficients of the normalised segments
+    "c3_b",
+    "c3_c",
+    "curv",  # median (mid-point level - chord) of the normalised segments: concave > 0
+    "drops_per_100rtt",  # back-offs without loss (delay/rate-based)
+    "p8_share",  # spectral share of the 6-10 RTT band's peak (BBRv1 gain cycle)
+    "flat_frac",  # share of CA time with |d BiF/dt| < 2 % BDP per RTT (BBR cruise, Vegas)
+    "ss_rtts",  # log of slow start's length in RTTs
+    "recovery_frac",  # share of CA time spent recovering losses (without SACK: one hole per RTT)
+    "log_retx_per_episode",  # losses per recovery episode: how far the sender overshot
+    "utilisation",  # goodput / bottleneck rate over the whole transfer
+    "beta_pipe",  # pipe held during a recovery / window at the loss: ssthresh/W (PRR holds it)
+    "plateau",  # that pipe level in BDPs
+    "ss_peak",  # log highest smoothed BiF of slow start, in BDPs (how far it overshot)
+    "plateau_ratio",  # successive flat pipe levels: each loss follows a recovery's end, so = β
+    "first_plateau",  # first flat pipe level / slow-start peak: β after slow start
+    "plateaus_per_100rtt",
+    "pipe_collapse",  # share of time dup-ACKs outnumber the data outstanding: sends through loss
+    "seg_share",  # share of congestion avoidance in clean segments (not recovering)
+)
+
+
+@dataclass
+class TraceAnalysis:
+    prepared: Prepared
+    backoffs: list[Backoff]
+    ss_end: float
+    ca_end: float
+    segments: list[Segment]
+    features: np.ndarray
+    keep: np.ndarray  # grid points outside loss recovery
+
+    def evidence(self) -> dict[str, Any]:
+        p = self.prepared
+        return {
+            "profile": p.profile,
+            "rtt_ms": p.rtt * 1000.0,
+            "bdp_bytes": p.bdp,
+            "slow_start_end_s": self.ss_end,
+            "congestion_avoidance_s": [self.ss_end, self.ca_end],
+            "backoffs": len(self.backoffs),
+            "retransmissions": len(p.retransmits),
+            "segments": [s.to_dict() for s in self.segments[:12]],
+            "features": {k: float(v) for k, v in zip(FEATURES, self.features, strict=True)},
+            "notes": p.notes,
+        }
+
+
+def _median(xs: list[float], default: float) -> float:
+    return float(np.median(xs)) if xs else default
+
+
+def analyse(tr: Trace) -> TraceAnalysis:
+    """All stages for one trace. Raises InsufficientData with a reason."""
+    p = prepare(tr)
+    rtt = p.rtt
+    backoffs = find_backoffs(p)
+    ss_end = find_slow_start_end(p, backoffs)
+    ca_end = find_tail_start(p)
+    ca_len = ca_end - ss_end
+    # Nothing (or one segment) outstanding much of the time: the application, not the CCA, sets
+    # the pace (no CCA, not even LP, idles a saturating download). Checked from the 4th RTT on,
+    # before anything else, since such a trace also never leaves "slow start".
+    j0, j1 = int(np.searchsorted(p.t, 4 * rtt)), int(np.searchsorted(p.t, ca_end))
+    idle = float(np.mean(p.raw[j0:j1] * p.bdp < 1.5 * p.mss)) if j1 > j0 else 0.0
+    if idle > 0.3:
+        raise InsufficientData(f"application-limited: at most one segment in flight {idle:.0%} of the time")
+    if ss_end >= p.t[-1] - rtt or ca_len <= 0:
+        raise InsufficientData("the trace holds slow start only")
+    if ca_len < MIN_CA_RTTS * rtt:
+        raise InsufficientData(
+            f"only {ca_len / rtt:.0f} round trips after slow start (need {MIN_CA_RTTS:.0f})"
+        )
+    i0, i1 = int(np.searchsorted(p.t, ss_end)), int(np.searchsorted(p.t, ca_end))
+    ca_all = p.smooth[i0:i1]
+    # Levels come from outside loss recoveries: without SACK the sender keeps sending new data
+    # on duplicate ACKs while the cumulative ACK is stuck, so BiF there is no window at all.
+    keep = np.ones(len(p.t), dtype=bool)
+    for b in backoffs:
+        if b.cause == "loss":
+            keep[int(np.searchsorted(p.t, b.start)) : int(np.searchsorted(p.t, b.end))] = False
+    ca = p.smooth[i0:i1][keep[i0:i1]]
+    if len(ca) < MIN_SEGMENT_RTTS * rtt / DT:
+        ca = ca_all  # (almost) always recovering: BBRv1 in a small buffer
+    # Levels from the pipe estimate: unlike raw BiF it is a window even inside a recovery.
+    ps = lowpass(p.pipe, DT, 1.0 / rtt)
+    pca = ps[i0:i1]
+    level = float(np.median(pca))
+    plats = find_plateaus(ps, p.t, rtt, ss_end, ca_end)
+    plat_ratios = [min(b / a, 1.5) for a, b in itertools.pairwise(plats) if a > 0.1]
+    collapse = float(np.mean((p.pipe[i0:i1] < 0.1) & (p.raw[i0:i1] > 0.5)))
+    segs = segment(p, backoffs, ss_end, ca_end)
+    ca_backoffs = [b for b in backoffs if ss_end < b.start < ca_end]
+    betas = [b.trough / b.peak for b in ca_backoffs if b.cause == "loss" and b.peak > 0]
+    growth = [s.growth for s in segs]
+    seg_rtts = [(s.end - s.start) / rtt for s in segs]
+    c3 = np.array([s.coeffs3 for s in segs]) if segs else np.zeros((0, 4))
+    curv = []
+    for s in segs:
+        j0, j1 = int(np.searchsorted(p.t, s.start)), int(np.searchsorted(p.t, s.end))
+        x = p.smooth[j0:j1]
+        lo, hi = float(x.min()), float(x.max())
+        if hi - lo > 1e-9:
+            xn = (x - lo) / (hi - lo)
+            curv.append(float(xn[len(xn) // 2] - 0.5 * (xn[0] + xn[-1])))
+    n_rtt = ca_len / rtt
+    retx_ca = int(np.sum((p.retransmits >= ss_end) & (p.retransmits <= ca_end)))
+    pk_ca = max(1.0, p.packets * ca_len / max(float(p.t[-1]), 1e-9))
+    d = np.gradient(ca, DT) * rtt if len(ca) > 1 else np.zeros(1)  # BDP per RTT
+    _, p8 = periodicity(ca_all, rtt, 6.0, 10.5)
+    # ssthresh from the pipe: 2-4 RTT into each recovery the pipe sits at the reduced window
+    beta_pipe, plateau = [], []
+    for b in [x for x in backoffs if x.cause == "loss"]:
+        j0, j1 = int(np.searchsorted(p.t, b.start + 3 * rtt)), int(np.searchsorted(p.t, b.start + 5 * rtt))
+        if j1 > j0 and b.peak > 0.2:
+            lvl = float(np.median(p.pipe[j0:j1]))
+            plateau.append(lvl)
+            beta_pipe.append(min(lvl / b.peak, 1.5))
+    episode_retx = [
+        float(np.sum((p.retransmits >= b.start) & (p.retransmits <= b.end)))
+        for b in ca_backoffs
+        if b.cause == "loss"
+    ]
+    q = np.percentile(betas, [25, 75]) if betas else np.array([0.0, 0.0])
+    nan = math.nan  # "not measurable in this trace": the classifier marginalises it out
+    ss_peak = float(np.max(p.smooth[: max(1, i0)]))
+    seg_time = sum(sg.end - sg.start for sg in segs)
+    f = np.array(
+        [
+            _median(betas, nan),
+            float(q[1] - q[0]) if len(betas) >= 2 else nan,
+            _median(growth, nan),
+            math.log(max(_median(seg_rtts, nan), 1.0)) if seg_rtts else nan,
+            100.0 * len([b for b in ca_backoffs if b.cause == "loss"]) / n_rtt,
+            100.0 * retx_ca / pk_ca,
+            math.log(max(level, 0.01)),
+            math.log(max(float(np.percentile(pca, 10)), 0.01)),
+            math.log(max(float(np.percentile(pca, 90)), 0.01)),
+            min(float(np.std(pca) / max(level, 1e-9)), 3.0),
+            _median([float(s.degree) for s in segs], nan),
+            float(np.median(c3[:, 0])) if len(c3) else nan,
+            float(np.median(c3[:, 1])) if len(c3) else nan,
+            float(np.median(c3[:, 2])) if len(c3) else nan,
+            _median(curv, nan),
+            100.0 * len([b for b in ca_backoffs if b.cause == "drop"]) / n_rtt,
+            p8,
+            float(np.mean(np.abs(d) < 0.02)),
+            math.log(max((ss_end - float(p.t[0])) / rtt, 1.0)),
+            1.0 - float(np.mean(keep[i0:i1])) if i1 > i0 else 0.0,
+            math.log1p(_median(episode_retx, 0.0)),
+            min(p.goodput_bps / p.rate_bps, 2.0) if p.rate_bps > 0 else 0.0,
+            _median(beta_pipe, nan),
+            _median(plateau, nan),
+            math.log(max(ss_peak, 0.01)),
+            _median(plat_ratios, nan),
+            min(plats[0] / max(ss_peak, 1e-9), 1.5) if plats else nan,
+            float(len(plats)) * 100.0 / n_rtt,
+            collapse,
+            min(seg_time / max(ca_len, 1e-9), 1.0),
+        ]
+    )
+    return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)

@@ -1,0 +1,454 @@
+"""`ccscope train` and `ccscope eval`: reference traces -> model artifact -> held-out figures.
+
+Splits (fixed, no randomness):
+* train: runs 0..R-2 of every training condition;
+* held-out runs: the last run of every training condition (same network, a run never seen);
+* held-out conditions: every run of the held-out conditions (a delay/jitter/loss never seen);
+* variants: untrained parameter variants of zoo CCAs, every condition.
+
+The unit of evaluation is a measurement: both profiles' traces of one download pair, as
+`classify()` receives them.
+
+Calibration (temperature, Unknown thresholds) uses leave-one-condition-out folds inside the
+training split only, so no held-out trace influences the model.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccscope.classifier import dataset
+from ccscope.classifier.core import summarise
+from ccscope.classifier.features import FEATURES
+from ccscope.classifier.model import (
+    CLASSIFIER_VERSION,
+    DETECTOR_CLASS,
+    FAMILY,
+    Model,
+    TraceSummary,
+    data_hash,
+    decide,
+    fit_gnbs,
+    fit_temperature,
+)
+from ccscope.trace import Trace
+
+CACHE_NAME = f"summaries-{CLASSIFIER_VERSION}.json"
+
+
+def _summarise_path(path: str) -> dict[str, Any]:
+    return summarise(Trace.load(path)).to_dict()
+
+
+def summaries_for(samples: Sequence[dataset.Sample], root: Path, workers: int = 1) -> dict[str, TraceSummary]:
+    """Per-trace summaries, cached next to the traces (keyed by path; the cache name carries the
+    classifier version, so a code change that bumps it recomputes everything)."""
+    cache_file = root / CACHE_NAME
+    cache: dict[str, Any] = json.loads(cache_file.read_text()) if cache_file.exists() else {}
+    todo = sorted({s.path for s in samples} - set(cache))
+    if todo:
+        if workers > 1:
+            with ProcessPoolExecutor(workers) as ex:
+                for p, d in zip(todo, ex.map(_summarise_path, todo, chunksize=4), strict=True):
+                    cache[p] = d
+        else:
+            for p in todo:
+                cache[p] = _summarise_path(p)
+        cache_file.write_text(json.dumps(cache, sort_keys=True))
+    return {p: TraceSummary.from_dict(cache[p]) for p in {s.path for s in samples}}
+
+
+@dataclass
+class Unit:
+    """One measurement: its traces (profiles) and what produced it."""
+
+    key: tuple[str, str, int]  # condition, cca, run
+    label: str
+    cca: str
+    condition: str
+    split: str  # train | heldout_runs | heldout_conditions | variants
+    paths: list[str]
+
+
+def units(samples: Sequence[dataset.Sample], runs_train: int) -> list[Unit]:
+    by: dict[tuple[str, str, int], list[dataset.Sample]] = defaultdict(list)
+    for s in samples:
+        by[(s.condition, s.cca, s.run)].append(s)
+    out = []
+    for key in sorted(by):
+        ss = sorted(by[key], key=lambda s: s.profile)
+        s0 = ss[0]
+        if s0.is_variant:
+            split = "variants"
+        elif s0.condition_split == "heldout":
+            split = "heldout_conditions"
+        elif s0.run >= runs_train - 1:
+            split = "heldout_runs"
+        else:
+            split = "train"
+        out.append(Unit(key, s0.label, s0.cca, s0.condition, split, [s.path for s in ss]))
+    return out
+
+
+def _trace_rows(
+    us: Sequence[Unit], summ: dict[str, TraceSummary]
+) -> tuple[np.ndarray, list[str], list[str], list[str]]:
+    X, y, prof, cond = [], [], [], []
+    for u in us:
+        for p in u.paths:
+            s = summ[p]
+            if s.insufficient is None:
+                X.append(s.features)
+                y.append(u.label)
+                prof.append(s.profile)
+                cond.append(u.condition)
+    return np.asarray(X, dtype=np.float64).reshape(-1, len(FEATURES)), y, prof, cond
+
+
+def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[str, Any]) -> Model:
+    X, y, prof, cond = _trace_rows(train, summ)
+    classes = sorted(set(y))
+    model = Model(version="", classes=classes, gnb={})
+    use = model.used_index
+    # one Gaussian per (class, training condition) plus one per class (see gnb.py)
+    model.gnb = fit_gnbs(X[:, use], y, prof, cond)
+    # Leave-one-condition-out: the calibration sees how the model does on a network it was not
+    # fitted to, which is what a held-out condition (and the Internet) looks like.
+    conds = sorted({u.condition for u in train})
+    jlls, truth, typ_ok, det_own, det_other = [], [], [], defaultdict(list), defaultdict(list)
+    for c in conds:
+        tr = [u for u in train if u.condition != c]
+        te = [u for u in train if u.condition == c]
+        Xt, yt, pt, ct = _trace_rows(tr, summ)
+        if len(set(yt)) != len(classes):
+            continue
+        fold = Model(
+            version="",
+            classes=classes,
+            gnb=fit_gnbs(Xt[:, use], yt, pt, ct),
+            typicality_max=1e9,
+            min_confidence=0.0,
+        )
+        for u in te:
+            ss = [summ[p] for p in u.paths if summ[p].insufficient is None]
+            if not ss:
+                continue
+            d = decide(fold, ss)
+            jll = np.log(np.maximum([d.probabilities[k] for k in classes], 1e-300))
+            jlls.append(jll)
+            truth.append(classes.index(u.label))
+            if d.best == u.label:
+                typ_ok.append(d.typicality)
+            for n, k in DETECTOR_CLASS.items():
+                sc = max(s.detectors.get(n, 0.0) for s in ss)
+                (det_own if u.label == k else det_other)[n].append(sc)
+    model.temperature = fit_temperature(jlls, truth) if jlls else 1.0
+    # Thresholds at the tails of what known CCAs produce out of condition: they set how often a
+    # known CCA is called Unknown (target <= 3 %); the rest of the range flags variants.
+    model.typicality_max = float(np.percentile(typ_ok, 99.0)) if typ_ok else 25.0
+    p_ok = [_p_best(j, model.temperature) for j, t in zip(jlls, truth, strict=True) if int(np.argmax(j)) == t]
+    model.min_confidence = float(np.clip(np.percentile(p_ok, 1.0), 0.05, 0.3)) if p_ok else 0.3
+    for n in DETECTOR_CLASS:
+        # a detector may veto only if it actually separates its class from the others out of
+        # condition (AUC >= 0.9); otherwise its findings stay evidence, not a rule
+        if det_own[n] and det_other[n] and _auc(det_own[n], det_other[n]) >= 0.9:
+            model.detector_min[n] = float(np.percentile(det_own[n], 1.0))
+            model.detector_max_other[n] = float(np.percentile(det_other[n], 99.5))
+    counts: dict[str, int] = defaultdict(int)
+    for lbl in y:
+        counts[lbl] += 1
+    model.training = {
+        **meta,
+        "traces_per_class": dict(sorted(counts.items())),
+        "calibration": {
+            "folds": "leave one training condition out",
+            "detector_auc": {
+                n: _auc(det_own[n], det_other[n]) for n in DETECTOR_CLASS if det_own[n] and det_other[n]
+            },
+            "fold_accuracy": float(
+                np.mean([int(np.argmax(j) == t) for j, t in zip(jlls, truth, strict=True)])
+            )
+            if jlls
+            else None,
+        },
+    }
+    body = model.to_dict()
+    body.pop("version")
+    model.version = f"ccscope-{CLASSIFIER_VERSION}+{data_hash(body)[:8]}"
+    return model
+
+
+def _p_best(jll: np.ndarray, temperature: float) -> float:
+    z = jll / temperature
+    z = z - z.max()
+    return float(1.0 / np.exp(z).sum())
+
+
+def _auc(pos: list[float], neg: list[float]) -> float:
+    """P(score of a random own-class trace > score of a random other-class trace)."""
+    a, b = np.asarray(pos)[:, None], np.asarray(neg)[None, :]
+    return float(np.mean((a > b) + 0.5 * (a == b)))
+
+
+def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) -> dict[str, Any]:
+    """Predictions per split, confusion matrices, per-class recall, Unknown rates."""
+    from ccscope.classifier.core import verdict_from_summaries
+
+    classes = model.classes
+    cols = [*classes, "unknown", "insufficient"]
+    res: dict[str, Any] = {"classes": classes}
+    preds: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for u in us:
+        if u.split == "train":
+            continue
+        v = verdict_from_summaries([summ[p] for p in u.paths], model)
+        pred = v.label if v.kind == "cca" else ("unknown" if v.kind == "unknown" else "insufficient")
+        preds[u.split].append(
+            {
+                "condition": u.condition,
+                "cca": u.cca,
+                "label": u.label,
+                "run": u.key[2],
+                "pred": pred,
+                "nearest": v.nearest,
+                "confidence": v.confidence,
+            }
+        )
+    for split in ("heldout_runs", "heldout_conditions"):
+        rows = preds.get(split, [])
+        cm = {c: dict.fromkeys(cols, 0) for c in classes}
+        for r in rows:
+            if r["label"] in cm:
+                cm[r["label"]][r["pred"]] += 1
+        per = {}
+        for c in classes:
+            n = sum(cm[c].values())
+            per[c] = {
+                "n": n,
+                "recall": cm[c][c] / n if n else None,
+                "unknown": cm[c]["unknown"] / n if n else None,
+            }
+        recalls = [v["recall"] for v in per.values() if v["recall"] is not None]
+        known = [r for r in rows if r["label"] in cm]
+        res[split] = {
+            "units": len(rows),
+            "mean_recall": float(np.mean(recalls)) if recalls else None,
+            "accuracy": float(np.mean([r["pred"] == r["label"] for r in known])) if known else None,
+            "unknown_rate": float(np.mean([r["pred"] == "unknown" for r in known])) if known else None,
+            "insufficient_rate": float(np.mean([r["pred"] == "insufficient" for r in known]))
+            if known
+            else None,
+            "per_class": per,
+            "confusion": {
+                "rows": classes,
+                "cols": cols,
+                "matrix": [[cm[c][k] for k in cols] for c in classes],
+            },
+            "predictions": rows,
+        }
+    vr = preds.get("variants", [])
+    res["variants"] = {
+        "units": len(vr),
+        "unknown_rate": float(np.mean([r["pred"] == "unknown" for r in vr])) if vr else None,
+        # the next best outcome for a census: named as the CCA it is a variant of
+        "named_as_base_rate": float(np.mean([r["pred"] == dataset.VARIANT_FAMILY.get(r["cca"]) for r in vr]))
+        if vr
+        else None,
+        "per_variant": {
+            v: {
+                "n": len(rr),
+                "unknown": float(np.mean([r["pred"] == "unknown" for r in rr])),
+                "predicted": dict(sorted(_count(r["pred"] for r in rr).items())),
+                "nearest_family_ok": float(
+                    np.mean(
+                        [
+                            r["nearest"] == FAMILY.get(dataset.VARIANT_FAMILY.get(v, ""), "")
+                            for r in rr
+                            if r["pred"] == "unknown"
+                        ]
+                        or [0.0]
+                    )
+                ),
+            }
+            for v in sorted({r["cca"] for r in vr})
+            for rr in [[r for r in vr if r["cca"] == v]]
+        },
+        "predictions": vr,
+    }
+    for split in ("heldout_runs", "heldout_conditions"):
+        rows = preds.get(split, [])
+        if rows:
+            res[split]["mean_recall_merged_identical"] = merged_recall(rows, classes)
+    known_all = [r for s in ("heldout_runs", "heldout_conditions") for r in preds.get(s, [])]
+    res["unknown_rate_known"] = (
+        float(np.mean([r["pred"] == "unknown" for r in known_all])) if known_all else None
+    )
+    res["weakest_pairs"] = weakest_pairs(res)
+    return res
+
+
+# CCAs that behave identically under the method's profiles (no ECN, no SACK, tiny MSS, 64 KB
+# receive window): their traces in the same run match feature for feature. DCTCP without ECN
+# marks falls back to Reno's halving; YeAH stays in its Scalable "fast mode"; the zoo's NV never
+# sees its delay signal before the first loss and then cuts by 0.8 like BIC, and every later
+# stretch is a NewReno recovery. A secondary figure merges them; the headline figures do not.
+IDENTICAL_GROUPS = (("reno", "dctcp"), ("scalable", "yeah"), ("bic", "nv"))
+
+
+def merged_recall(rows: Sequence[dict[str, Any]], classes: Sequence[str]) -> float | None:
+    rep = {c: "+".join(g) for g in IDENTICAL_GROUPS for c in g}
+    by: dict[str, list[bool]] = defaultdict(list)
+    for r in rows:
+        if r["label"] in classes:
+            t, p = rep.get(r["label"], r["label"]), rep.get(r["pred"], r["pred"])
+            by[t].append(t == p)
+    return float(np.mean([np.mean(v) for v in by.values()])) if by else None
+
+
+def _count(xs: Any) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for x in xs:
+        out[x] += 1
+    return out
+
+
+def weakest_pairs(res: dict[str, Any], n: int = 8) -> list[dict[str, Any]]:
+    pairs: dict[tuple[str, str], int] = defaultdict(int)
+    for split in ("heldout_runs", "heldout_conditions"):
+        for r in res.get(split, {}).get("predictions", []):
+            if r["pred"] != r["label"] and r["pred"] not in ("unknown", "insufficient"):
+                pairs[(r["label"], r["pred"])] += 1
+    top = sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return [{"true": a, "predicted": b, "count": c} for (a, b), c in top]
+
+
+def confusion_markdown(res: dict[str, Any], split: str) -> str:
+    cm = res[split]["confusion"]
+    cols = cm["cols"]
+    short = [c[:6] for c in cols]
+    lines = [f"### {split.replace('_', ' ')}: mean per-class recall {res[split]['mean_recall']:.3f}", ""]
+    lines.append("| true \\ predicted | " + " | ".join(short) + " | recall |")
+    lines.append("|---|" + "---|" * (len(cols) + 1))
+    for c, row in zip(cm["rows"], cm["matrix"], strict=True):
+        rec = res[split]["per_class"][c]["recall"]
+        lines.append(
+            f"| {c} | "
+            + " | ".join(str(v) if v else "." for v in row)
+            + f" | {rec if rec is None else f'{rec:.2f}'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def confusion_png(res: dict[str, Any], path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    splits = [s for s in ("heldout_runs", "heldout_conditions") if res.get(s, {}).get("units")]
+    fig, axs = plt.subplots(1, len(splits), figsize=(9 * len(splits), 8), squeeze=False)
+    for ax, split in zip(axs[0], splits, strict=True):
+        cm = res[split]["confusion"]
+        m = np.asarray(cm["matrix"], dtype=float)
+        m = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
+        ax.imshow(m, cmap="Blues", vmin=0, vmax=1)
+        ax.set_xticks(range(len(cm["cols"])), cm["cols"], rotation=90, fontsize=8)
+        ax.set_yticks(range(len(cm["rows"])), cm["rows"], fontsize=8)
+        for i in range(m.shape[0]):
+            for j in range(m.shape[1]):
+                if m[i, j] > 0:
+                    ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                            color="white" if m[i, j] > 0.5 else "black")  # fmt: skip
+        ax.set_title(f"{split.replace('_', ' ')} (mean recall {res[split]['mean_recall']:.3f})")
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("true")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    # metadata=None-ish: a fixed Software tag keeps the PNG's bytes stable across runs
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def load_units(root: Path, runs_train: int = 2) -> tuple[list[Unit], list[dataset.Sample]]:
+    samples = dataset.load_index(root)
+    return units(samples, runs_train), samples
+
+
+def train_and_eval(
+    root: Path, out_model: Path | None, out_eval: Path | None, *, runs_train: int = 2, workers: int = 1
+) -> tuple[Model, dict[str, Any]]:
+    us, samples = load_units(root, runs_train)
+    if not us:
+        raise SystemExit(f"no reference traces under {root}; run `ccscope train` to measure them")
+    t0 = time.monotonic()
+    summ = summaries_for(samples, root, workers=workers)
+    print(f"summarised {len(summ)} traces in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    train = [u for u in us if u.split == "train"]
+    conds = sorted({(u.condition, u.split) for u in us})
+    meta = {
+        "reference_traces": len(samples),
+        "train_measurements": len(train),
+        "conditions": [
+            {
+                "name": c.name,
+                "delay_ms": c.delay_ms,
+                "jitter_ms": c.jitter_ms,
+                "loss": c.loss,
+                "split": c.split,
+            }
+            for c in dataset.CONDITIONS
+            if any(c.name == n for n, _ in conds)
+        ],
+        "object_bytes": dataset.OBJECT_BYTES,
+        "profiles": ["A", "B"],
+        "alignment": "sender",
+        "runs_train": runs_train,
+        "data": data_hash([(u.key, u.split) for u in us]),
+    }
+    model = fit_model(train, summ, meta)
+    # evaluate exactly what ships: the artifact's rounded numbers, not the in-memory fit
+    model = Model.from_dict(json.loads(json.dumps(model.to_dict())))
+    if out_model:
+        model.save(out_model)
+    res = evaluate(model, us, summ)
+    res["model_version"] = model.version
+    if out_eval:
+        write_eval(res, out_eval)
+    return model, res
+
+
+def write_eval(res: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    md = [f"# ccscope classifier evaluation ({res.get('model_version')})", ""]
+    for split in ("heldout_runs", "heldout_conditions"):
+        if res.get(split, {}).get("units"):
+            md.append(confusion_markdown(res, split))
+    for split in ("heldout_runs", "heldout_conditions"):
+        mr = res.get(split, {}).get("mean_recall_merged_identical")
+        if mr is not None:
+            groups = ", ".join("+".join(g) for g in IDENTICAL_GROUPS)
+            md.append(f"Mean recall, {split.replace('_', ' ')}, merging identical CCAs ({groups}): {mr:.3f}")
+    md.append("")
+    md.append(f"Unknown rate on untrained variants: {res['variants']['unknown_rate']}")
+    md.append(f"Variants named as the CCA they vary: {res['variants']['named_as_base_rate']}")
+    md.append(f"Unknown rate on known CCAs: {res['unknown_rate_known']}")
+    md.append("")
+    md.append(
+        "Weakest pairs: "
+        + ", ".join(f"{p['true']}→{p['predicted']} ({p['count']})" for p in res["weakest_pairs"])
+    )
+    (out / "eval.md").write_text("\n".join(md) + "\n")
+    confusion_png(res, out / "confusion.png")

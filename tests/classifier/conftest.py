@@ -1,0 +1,26 @@
+"""Real lab traces (committed, gzipped): profile A and B of one download per CCA, taken from a
+held-out run (run 2 of the 5 ms condition), so the shipped model never trained on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ccscope.trace import Trace
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+CCAS = ("cubic", "reno", "bbr", "bbr3", "vegas", "lp")
+
+
+def fixture_path(cca: str, profile: str) -> Path:
+    return FIXTURES / f"{cca}-d5-{profile}.trace.json.gz"
+
+
+def load(cca: str, profile: str) -> Trace:
+    return Trace.load(fixture_path(cca, profile))
+
+
+@pytest.fixture(scope="session")
+def traces() -> dict[tuple[str, str], Trace]:
+    return {(c, p): load(c, p) for c in CCAS for p in "AB"}

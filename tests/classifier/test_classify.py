@@ -1,0 +1,133 @@
+"""The public entry and the CLI: verdicts, determinism, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ccscope.classifier import classify
+from ccscope.classifier.cli import load_traces
+from ccscope.classifier.model import DEFAULT_MODEL, Model
+from ccscope.errors import CCScopeError
+from ccscope.trace import FlowKey, Trace
+from tests.classifier.conftest import CCAS, fixture_path
+
+FLOW = FlowKey("198.18.4.12", 443, "10.0.0.2", 40000)
+
+
+def test_model_is_shipped_and_loads() -> None:
+    m = Model.load()
+    assert DEFAULT_MODEL.exists() and set(CCAS) <= set(m.classes)
+    assert m.training["traces_per_class"] and m.version.startswith("ccscope-")
+
+
+@pytest.mark.parametrize("cca", ["cubic", "bbr", "bbr3", "vegas", "lp"])
+def test_fixture_pairs_are_recognised(cca: str, traces: dict[tuple[str, str], Trace]) -> None:
+    v = classify([traces[(cca, "A")], traces[(cca, "B")]])
+    assert v.kind == "cca" and v.label == cca, v.explanation
+    assert 0.0 < v.confidence <= 1.0 and v.explanation and v.evidence["traces"]
+
+
+def test_single_profile_is_enough(traces: dict[tuple[str, str], Trace]) -> None:
+    v = classify([traces[("vegas", "B")]])
+    assert v.kind in ("cca", "unknown")
+
+
+def test_same_input_same_bytes(traces: dict[tuple[str, str], Trace]) -> None:
+    a = classify([traces[("bbr3", "A")], traces[("bbr3", "B")]]).to_json()
+    b = classify([Trace.load(fixture_path("bbr3", "A")), Trace.load(fixture_path("bbr3", "B"))]).to_json()
+    assert a == b
+
+
+def test_same_bytes_across_processes() -> None:
+    code = (
+        "import sys; from ccscope.classifier import classify; from ccscope.trace import Trace;"
+        "print(classify([Trace.load(p) for p in sys.argv[1:]]).to_json())"
+    )
+    files = [str(fixture_path("cubic", p)) for p in "AB"]
+    outs = {subprocess.run([sys.executable, "-c", code, *files], capture_output=True, text=True,
+                           check=True).stdout for _ in range(2)}  # fmt: skip
+    assert len(outs) == 1
+
+
+def _synthetic(t: np.ndarray, bif: np.ndarray, like: Trace) -> Trace:
+    return Trace(flow=FLOW, t=t, bif=bif, start_time=0.0, profile=like.profile,
+                 base_rtt_ms=like.base_rtt_ms, internet_rtt_ms=like.internet_rtt_ms)  # fmt: skip
+
+
+def test_empty_trace_is_insufficient(traces: dict[tuple[str, str], Trace]) -> None:
+    v = classify([_synthetic(np.zeros(0), np.zeros(0), traces[("cubic", "A")])])
+    assert v.kind == "insufficient" and "empty" in (v.reason or "")
+    assert classify([]).kind == "insufficient"
+
+
+def test_short_trace_is_insufficient(traces: dict[tuple[str, str], Trace]) -> None:
+    t = traces[("cubic", "A")]
+    keep = t.t < 0.8
+    v = classify([_synthetic(t.t[keep], t.bif[keep], t)])
+    assert v.kind == "insufficient" and v.label == "insufficient data"
+
+
+def test_slow_start_only_is_insufficient(traces: dict[tuple[str, str], Trace]) -> None:
+    t = traces[("cubic", "A")]
+    first_loss = min(t.events["retransmit"])
+    keep = t.t < first_loss - 0.05
+    v = classify([_synthetic(t.t[keep], t.bif[keep], t)])
+    assert v.kind == "insufficient", v.display
+
+
+def test_application_limited_is_insufficient(traces: dict[tuple[str, str], Trace]) -> None:
+    like = traces[("cubic", "A")]
+    t = np.arange(0, 20, 0.004)
+    bif = np.where((t * 4) % 1 < 0.1, 96, 0)  # two segments in flight a tenth of the time
+    v = classify([_synthetic(t, bif, like)])
+    assert v.kind == "insufficient" and v.reason and "application-limited" in v.reason
+
+
+def test_malformed_files_raise_clear_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.trace.json"
+    bad.write_text("{not json")
+    with pytest.raises(CCScopeError, match="cannot read trace"):
+        load_traces(str(bad))
+    gz = tmp_path / "bad.trace.json.gz"
+    gz.write_bytes(gzip.compress(json.dumps({"format": "something else"}).encode()))
+    with pytest.raises(CCScopeError, match="not a ccscope-trace"):
+        load_traces(str(gz))
+    with pytest.raises(CCScopeError, match="no such file"):
+        load_traces(str(tmp_path / "missing.json"))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ccscope.cli", *args], capture_output=True, text=True)
+
+
+def test_cli_classify_json_and_errors(tmp_path: Path) -> None:
+    r = _cli("classify", "--json", str(fixture_path("cubic", "A")), str(fixture_path("cubic", "B")))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["label"] == "cubic"
+    bad = tmp_path / "x.trace.json"
+    bad.write_text("[]")
+    r = _cli("classify", str(bad))
+    assert r.returncode == 1 and "error" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_pcap_and_nebby_csv_inputs(tmp_path: Path) -> None:
+    """Both capture formats reach a verdict through the same path as trace files."""
+    from tests.capture.synth import bulk_flow, flow_csv, write_pcap
+
+    f = bulk_flow(n_data=3000, loss=0.01)
+    pcap = write_pcap(tmp_path / "f.pcap", f.packets())
+    csv = tmp_path / "f.csv"
+    csv.write_text(flow_csv(f))
+    for path in (pcap, csv):
+        (tr,) = load_traces(str(path))
+        v = classify([tr])
+        assert v.kind in ("cca", "unknown", "insufficient") and v.explanation
+        r = _cli("classify", "--json", str(path))
+        assert r.returncode in (0, 5, 6) and json.loads(r.stdout)["format"] == "ccscope-verdict/1"
