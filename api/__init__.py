@@ -1,1 +1,1 @@
-"""Placeholder: this component arrives with a later issue (see README)."""
+"""The ccscope REST API (FastAPI). `create_app(store)` builds it; `server.serve()` runs it."""

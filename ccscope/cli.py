@@ -218,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_classifier(sub)
 
+    from ccscope.store.cli import register as register_store
+
+    register_store(sub)
+
     p = sub.add_parser("demo", help="lab measurement of every built-in CCA, with a summary")
     p.add_argument("--object-bytes", type=int, default=200_000)
     p.add_argument("--keep-lab", action="store_true", help="leave the lab running afterwards")

@@ -1,0 +1,31 @@
+"""The ccscope store: site lists, campaigns, measurements, traces, verdicts, politeness state.
+
+SQLite + a local trace directory by default; PostgreSQL (CCSCOPE_DB_URL) for the distributed
+deployment, with the same code.
+"""
+
+from ccscope.store.core import (
+    STATES,
+    TRANSITIONS,
+    TRANSPORTS,
+    CensusRow,
+    Conflict,
+    IllegalTransition,
+    NotFound,
+    Store,
+    StoreError,
+    normalize_domain,
+)
+
+__all__ = [
+    "STATES",
+    "TRANSITIONS",
+    "TRANSPORTS",
+    "CensusRow",
+    "Conflict",
+    "IllegalTransition",
+    "NotFound",
+    "Store",
+    "StoreError",
+    "normalize_domain",
+]

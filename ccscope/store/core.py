@@ -1,0 +1,710 @@
+"""The store: the one place the business rules live (shared by the API and the workers).
+
+`Store(url, trace_dir)` works on SQLite (embedded default) and PostgreSQL alike. Every rule that
+must hold across workers (idempotent enqueue, the measurement state machine, the per-site lease
+and minimum gap) is enforced by a single conditional statement or a unique constraint in the
+database, never by a read-then-write in Python, so it holds with many concurrent workers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, delete, event, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ccscope.errors import CCScopeError
+from ccscope.store.blobs import BlobStore, open_blobs
+from ccscope.store.models import (
+    Campaign,
+    CrawlCache,
+    ListEntry,
+    Measurement,
+    OptOut,
+    Site,
+    SiteList,
+    SiteState,
+    TraceFile,
+    VantagePoint,
+    VerdictRow,
+    utcnow,
+)
+from ccscope.verdict import Verdict
+
+STATES = ("queued", "running", "captured", "classified", "failed")
+# running -> queued is the requeue of a measurement whose worker died (its lease expired).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"running", "failed"}),
+    "running": frozenset({"captured", "failed", "queued"}),
+    "captured": frozenset({"classified", "failed"}),
+    "classified": frozenset(),
+    "failed": frozenset(),
+}
+TRANSPORTS = ("tcp", "quic")
+_CRON_FIELD = re.compile(r"^(\*|\d{1,2}(-\d{1,2})?)(/\d{1,2})?(,(\*|\d{1,2}(-\d{1,2})?)(/\d{1,2})?)*$")
+_DOMAIN_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+
+
+class StoreError(CCScopeError):
+    """A request the store refuses (unknown name, bad value...)."""
+
+
+class NotFound(StoreError):
+    pass
+
+
+class Conflict(StoreError):
+    pass
+
+
+class IllegalTransition(StoreError):
+    pass
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("CCSCOPE_DATA_DIR") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "ccscope"
+    )
+    return Path(base)
+
+
+def aware(t: dt.datetime | None) -> dt.datetime | None:
+    """SQLite hands back naive datetimes; everything stored is UTC."""
+    if t is None or t.tzinfo is not None:
+        return t
+    return t.replace(tzinfo=dt.UTC)
+
+
+def normalize_domain(domain: str) -> str:
+    """Lower-case, IDNA-encoded, syntactically valid host name; raises StoreError otherwise."""
+    d = domain.strip().rstrip(".").lower()
+    try:
+        d = d.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise StoreError(f"not a valid domain name: {domain!r}") from None
+    labels = d.split(".")
+    if len(d) > 253 or len(labels) < 2 or not all(_DOMAIN_LABEL.match(x) for x in labels):
+        raise StoreError(f"not a valid domain name: {domain!r}")
+    return d
+
+
+def validate_cron(expr: str) -> str:
+    fields = expr.split()
+    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+        raise StoreError(f"not a 5-field cron expression: {expr!r}")
+    return " ".join(fields)
+
+
+def idempotency_key(
+    campaign_id: int | None, domain: str, vantage: str, transport: str, profile: str, slot: str
+) -> str:
+    raw = "\x1f".join([str(campaign_id or ""), domain, vantage, transport, profile, slot])
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CensusRow:
+    date: dt.date
+    vantage: str
+    transport: str
+    label: str
+    count: int
+    total: int
+
+    @property
+    def share(self) -> float:
+        return self.count / self.total if self.total else 0.0
+
+
+class Store:
+    def __init__(self, url: str | None = None, trace_dir: str | None = None, *, echo: bool = False) -> None:
+        data = default_data_dir()
+        if url is None:
+            url = os.environ.get("CCSCOPE_DB_URL") or f"sqlite:///{data / 'ccscope.db'}"
+        if trace_dir is None:
+            trace_dir = os.environ.get("CCSCOPE_TRACE_DIR") or str(data / "traces")
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        self.url = url
+        if url.startswith("sqlite"):
+            path = url.split("///", 1)[-1]
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.engine: Engine = create_engine(url, echo=echo, connect_args={"timeout": 30})
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        else:
+            self.engine = create_engine(url, echo=echo, pool_pre_ping=True)
+        self.blobs: BlobStore = open_blobs(trace_dir)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest Alembic revision (idempotent)."""
+        from ccscope.store.migrate import upgrade
+
+        upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---- sites, lists, vantage points -------------------------------------------------------
+
+    def _site(self, s: Session, domain: str, create: bool = True) -> Site:
+        d = normalize_domain(domain)
+        site = s.scalar(select(Site).where(Site.domain == d))
+        if site is None:
+            if not create:
+                raise NotFound(f"no site {d}")
+            # Concurrent creators race on the unique domain; the loser re-reads the winner's row.
+            try:
+                with s.begin_nested():
+                    site = Site(domain=d)
+                    s.add(site)
+            except IntegrityError:
+                site = s.scalars(select(Site).where(Site.domain == d)).one()
+        return site
+
+    def import_list(
+        self, name: str, list_date: dt.date, entries: Iterable[tuple[int, str]], source_format: str
+    ) -> SiteList:
+        """Store a ranked list; importing the same (name, date) again is refused."""
+        with self.sessions.begin() as s:
+            if s.scalar(select(SiteList).where(SiteList.name == name, SiteList.list_date == list_date)):
+                raise Conflict(f"list {name} of {list_date} is already imported")
+            sl = SiteList(name=name, list_date=list_date, source_format=source_format)
+            s.add(sl)
+            s.flush()
+            # One bulk lookup, one bulk insert: lists have a million rows.
+            ranked = [(r, normalize_domain(d)) for r, d in entries]
+            domains = list(dict.fromkeys(d for _, d in ranked))
+            ids: dict[str, int] = {}
+            for i in range(0, len(domains), 5000):
+                chunk = domains[i : i + 5000]
+                ids.update(
+                    (d, i) for d, i in s.execute(select(Site.domain, Site.id).where(Site.domain.in_(chunk)))
+                )
+                missing = [d for d in chunk if d not in ids]
+                if missing:
+                    s.execute(
+                        Site.__table__.insert(), [{"domain": d, "created_at": utcnow()} for d in missing]
+                    )
+                    q = select(Site.domain, Site.id).where(Site.domain.in_(missing))
+                    ids.update((d, i) for d, i in s.execute(q))
+            seen: set[str] = set()
+            rows = []
+            for rank, d in ranked:
+                if d in seen:  # a list naming a site twice keeps its best rank
+                    continue
+                seen.add(d)
+                rows.append({"list_id": sl.id, "rank": rank, "site_id": ids[d]})
+            for i in range(0, len(rows), 5000):
+                s.execute(ListEntry.__table__.insert(), rows[i : i + 5000])
+            sl.size = len(rows)
+        return sl
+
+    def get_list(self, name: str, list_date: dt.date | None = None) -> SiteList:
+        with self.sessions() as s:
+            q = select(SiteList).where(SiteList.name == name)
+            if list_date is not None:
+                q = q.where(SiteList.list_date == list_date)
+            sl = s.scalar(q.order_by(SiteList.list_date.desc()).limit(1))
+            if sl is None:
+                raise NotFound(f"no site list {name!r}")
+            return sl
+
+    def top_sites(self, list_id: int, n: int) -> list[str]:
+        with self.sessions() as s:
+            q = (
+                select(Site.domain)
+                .join(ListEntry, ListEntry.site_id == Site.id)
+                .where(ListEntry.list_id == list_id)
+                .order_by(ListEntry.rank)
+                .limit(n)
+            )
+            return list(s.scalars(q))
+
+    def add_vantage(self, name: str, description: str = "") -> VantagePoint:
+        if not re.match(r"^[a-z0-9][a-z0-9_-]{0,63}$", name):
+            raise StoreError(f"vantage point names are lower-case [a-z0-9_-]: {name!r}")
+        with self.sessions.begin() as s:
+            v = s.scalar(select(VantagePoint).where(VantagePoint.name == name))
+            if v is None:
+                v = VantagePoint(name=name, description=description)
+                s.add(v)
+            return v
+
+    def vantages(self) -> list[VantagePoint]:
+        with self.sessions() as s:
+            return list(s.scalars(select(VantagePoint).order_by(VantagePoint.name)))
+
+    def _vantage(self, s: Session, name: str) -> VantagePoint:
+        v = s.scalar(select(VantagePoint).where(VantagePoint.name == name))
+        if v is None:
+            raise NotFound(f"no vantage point {name!r}")
+        return v
+
+    # ---- campaigns --------------------------------------------------------------------------
+
+    def create_campaign(
+        self,
+        name: str,
+        list_name: str,
+        top_n: int,
+        transports: Sequence[str],
+        profiles: Sequence[str],
+        vantages: Sequence[str],
+        schedule: str,
+        enabled: bool = True,
+    ) -> Campaign:
+        fields = _campaign_fields(top_n=top_n, transports=transports, profiles=profiles, schedule=schedule)
+        with self.sessions.begin() as s:
+            if s.scalar(select(Campaign).where(Campaign.name == name)):
+                raise Conflict(f"campaign {name!r} exists")
+            sl = s.get(SiteList, self.get_list(list_name).id)
+            c = Campaign(name=name, site_list=sl, enabled=enabled, **fields)
+            c.vantages = [self._vantage(s, v) for v in dict.fromkeys(vantages)]
+            if not c.vantages:
+                raise StoreError("a campaign needs at least one vantage point")
+            s.add(c)
+            s.flush()
+            return self._campaign(s, c.id, fresh=True)
+
+    def _campaign(self, s: Session, campaign_id: int, fresh: bool = False) -> Campaign:
+        c = s.get(Campaign, campaign_id, populate_existing=fresh)
+        if c is None:
+            raise NotFound(f"no campaign {campaign_id}")
+        return c
+
+    def get_campaign(self, campaign_id: int) -> Campaign:
+        with self.sessions() as s:
+            return self._campaign(s, campaign_id)
+
+    def list_campaigns(self, limit: int = 50, offset: int = 0) -> tuple[list[Campaign], int]:
+        with self.sessions() as s:
+            total = s.scalar(select(func.count()).select_from(Campaign)) or 0
+            rows = s.scalars(select(Campaign).order_by(Campaign.id).limit(limit).offset(offset))
+            return list(rows.unique()), total
+
+    def update_campaign(self, campaign_id: int, **changes: Any) -> Campaign:
+        allowed = {"top_n", "transports", "profiles", "schedule", "enabled", "vantages"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise StoreError(f"cannot change {sorted(unknown)}")
+        with self.sessions.begin() as s:
+            c = self._campaign(s, campaign_id)
+            vantages = changes.pop("vantages", None)
+            enabled = changes.pop("enabled", None)
+            for k, v in _campaign_fields(**changes).items():
+                setattr(c, k, v)
+            if enabled is not None:
+                c.enabled = bool(enabled)
+            if vantages is not None:
+                if not vantages:
+                    raise StoreError("a campaign needs at least one vantage point")
+                c.vantages = [self._vantage(s, v) for v in dict.fromkeys(vantages)]
+            c.updated_at = utcnow()
+            s.flush()
+            return self._campaign(s, c.id, fresh=True)
+
+    # ---- measurements -----------------------------------------------------------------------
+
+    def enqueue_measurement(
+        self,
+        domain: str,
+        vantage: str,
+        transport: str,
+        slot: str,
+        *,
+        campaign_id: int | None = None,
+        profile: str = "default",
+        url: str | None = None,
+    ) -> tuple[Measurement, bool]:
+        """Queue a measurement once: the same (campaign, site, vantage, transport, profile, slot)
+        returns the existing row and False. Opted-out sites are refused."""
+        if transport not in TRANSPORTS:
+            raise StoreError(f"transport must be one of {TRANSPORTS}")
+        d = normalize_domain(domain)
+        if self.is_opted_out(d):
+            raise Conflict(f"{d} has opted out of measurement")
+        key = idempotency_key(campaign_id, d, vantage, transport, profile, slot)
+        with self.sessions.begin() as s:
+            existing = s.scalar(select(Measurement).where(Measurement.idempotency_key == key))
+            if existing is not None:
+                return existing, False
+            site = self._site(s, d)
+            v = self._vantage(s, vantage)
+            m = Measurement(
+                idempotency_key=key,
+                campaign_id=campaign_id,
+                site_id=site.id,
+                vantage_id=v.id,
+                transport=transport,
+                profile=profile,
+                slot=slot,
+                url=url,
+                state="queued",
+            )
+            try:
+                with s.begin_nested():
+                    s.add(m)
+            except IntegrityError:
+                # Another worker inserted the same key between our read and insert.
+                return s.scalars(select(Measurement).where(Measurement.idempotency_key == key)).one(), False
+            s.flush()
+            return self._measurement(s, m.id, fresh=True), True
+
+    def _measurement(self, s: Session, measurement_id: int, fresh: bool = False) -> Measurement:
+        # fresh: reload a row this session created or changed, with its relationships, so the
+        # object is complete after the session closes.
+        m = s.get(Measurement, measurement_id, populate_existing=fresh)
+        if m is None:
+            raise NotFound(f"no measurement {measurement_id}")
+        return m
+
+    def get_measurement(self, measurement_id: int) -> Measurement:
+        with self.sessions() as s:
+            return self._measurement(s, measurement_id)
+
+    def get_verdict(self, measurement_id: int) -> VerdictRow | None:
+        with self.sessions() as s:
+            return s.scalar(select(VerdictRow).where(VerdictRow.measurement_id == measurement_id))
+
+    def transition(self, measurement_id: int, new: str, reason: str | None = None) -> Measurement:
+        """Move a measurement along the state machine; illegal moves raise IllegalTransition.
+
+        The UPDATE is conditional on the state read, so of two workers racing on one row exactly
+        one wins and the other gets IllegalTransition."""
+        if new not in STATES:
+            raise StoreError(f"unknown state {new!r}")
+        if new == "failed" and not reason:
+            raise StoreError("a failed measurement needs a reason")
+        with self.sessions.begin() as s:
+            m = self._measurement(s, measurement_id)
+            old = m.state
+            if new not in TRANSITIONS[old]:
+                raise IllegalTransition(f"measurement {measurement_id}: {old} -> {new} is not allowed")
+            now = utcnow()
+            values: dict[str, Any] = {"state": new, "updated_at": now}
+            if new == "running":
+                values["started_at"] = now
+                values["attempts"] = Measurement.attempts + 1
+            if new in ("classified", "failed"):
+                values["finished_at"] = now
+            if new == "failed":
+                values["failure_reason"] = reason[:2000] if reason else reason
+            res = s.execute(
+                update(Measurement)
+                .where(Measurement.id == measurement_id, Measurement.state == old)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                raise IllegalTransition(f"measurement {measurement_id} changed state concurrently")
+            return self._measurement(s, measurement_id, fresh=True)
+
+    def requeue_stale(self, older_than_seconds: float) -> list[int]:
+        """Put `running` measurements whose worker has been silent too long (killed mid-run) back
+        to `queued`, so they are re-run; returns their ids. Conditional on the state, like
+        `transition`, so a worker that finishes at the same moment wins or loses cleanly."""
+        cutoff = utcnow() - dt.timedelta(seconds=older_than_seconds)
+        with self.sessions.begin() as s:
+            ids = list(
+                s.scalars(
+                    select(Measurement.id).where(
+                        Measurement.state == "running", Measurement.started_at < cutoff
+                    )
+                )
+            )
+            done = []
+            for mid in ids:
+                res = s.execute(
+                    update(Measurement)
+                    .where(Measurement.id == mid, Measurement.state == "running")
+                    .values(state="queued", updated_at=utcnow())
+                    .execution_options(synchronize_session=False)
+                )
+                if res.rowcount == 1:  # type: ignore[attr-defined]
+                    done.append(mid)
+            return done
+
+    def list_measurements(self, state: str | None = None, limit: int = 100) -> list[Measurement]:
+        with self.sessions() as s:
+            q = select(Measurement).order_by(Measurement.id).limit(limit)
+            if state:
+                q = q.where(Measurement.state == state)
+            return list(s.scalars(q).unique())
+
+    # ---- traces and verdicts ----------------------------------------------------------------
+
+    def add_trace(
+        self, measurement_id: int, data: bytes, profile: str = "default", media_type: str = "application/json"
+    ) -> TraceFile:
+        digest = self.blobs.put(data)  # content-addressed: a retry rewrites nothing
+        with self.sessions.begin() as s:
+            self._measurement(s, measurement_id)
+            t = s.scalar(
+                select(TraceFile).where(
+                    TraceFile.measurement_id == measurement_id, TraceFile.sha256 == digest
+                )
+            )
+            if t is None:
+                t = TraceFile(
+                    measurement_id=measurement_id,
+                    sha256=digest,
+                    size=len(data),
+                    profile=profile,
+                    media_type=media_type,
+                )
+                s.add(t)
+            return t
+
+    def read_trace(self, sha256: str) -> bytes:
+        return self.blobs.get(sha256)
+
+    def record_verdict(self, measurement_id: int, verdict: Verdict) -> VerdictRow:
+        """Store the verdict and move captured -> classified, both or neither."""
+        with self.sessions.begin() as s:
+            m = self._measurement(s, measurement_id)
+            existing = s.scalar(select(VerdictRow).where(VerdictRow.measurement_id == measurement_id))
+            if existing is not None:  # a redelivered classify task
+                return existing
+            if m.state != "captured":
+                raise IllegalTransition(f"measurement {measurement_id} is {m.state}, not captured")
+            now = utcnow()
+            res = s.execute(
+                update(Measurement)
+                .where(Measurement.id == measurement_id, Measurement.state == "captured")
+                .values(state="classified", updated_at=now, finished_at=now)
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                raise IllegalTransition(f"measurement {measurement_id} changed state concurrently")
+            evidence = verdict.to_dict()
+            evidence.pop("label", None)
+            row = VerdictRow(
+                measurement_id=measurement_id,
+                site_id=m.site_id,
+                vantage_id=m.vantage_id,
+                transport=m.transport,
+                measured_on=(aware(m.started_at) or now).date(),
+                label=verdict.label,
+                kind=verdict.kind,
+                confidence=verdict.confidence,
+                evidence=evidence,
+                classifier_version=verdict.classifier_version,
+                created_at=now,
+            )
+            s.add(row)
+            s.flush()
+            return row
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    def domain_report(
+        self, domain: str, limit: int = 50, offset: int = 0
+    ) -> tuple[list[VerdictRow], list[VerdictRow], int]:
+        """(latest verdict per (transport, vantage), one page of history newest first, total)."""
+        d = normalize_domain(domain)
+        with self.sessions() as s:
+            site = s.scalar(select(Site).where(Site.domain == d))
+            if site is None:
+                raise NotFound(f"no measurements of {d}")
+            newest = (
+                select(
+                    VerdictRow.transport,
+                    VerdictRow.vantage_id,
+                    func.max(VerdictRow.id).label("id"),
+                )
+                .where(VerdictRow.site_id == site.id)
+                .group_by(VerdictRow.transport, VerdictRow.vantage_id)
+                .subquery()
+            )
+            latest = list(
+                s.scalars(
+                    select(VerdictRow)
+                    .join(newest, VerdictRow.id == newest.c.id)
+                    .order_by(VerdictRow.transport)
+                )
+            )
+            total = s.scalar(select(func.count()).where(VerdictRow.site_id == site.id)) or 0
+            history = list(
+                s.scalars(
+                    select(VerdictRow)
+                    .where(VerdictRow.site_id == site.id)
+                    .order_by(VerdictRow.id.desc())
+                    .limit(limit)
+                    .offset(offset)
+                )
+            )
+            return latest, history, total
+
+    def census(
+        self,
+        date_from: dt.date | None = None,
+        date_to: dt.date | None = None,
+        vantage: str | None = None,
+        transport: str | None = None,
+        campaign_id: int | None = None,
+    ) -> list[CensusRow]:
+        """Label counts and shares per (date, vantage point, transport)."""
+        with self.sessions() as s:
+            q = select(
+                VerdictRow.measured_on,
+                VantagePoint.name,
+                VerdictRow.transport,
+                VerdictRow.label,
+                func.count(),
+            ).join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+            if date_from:
+                q = q.where(VerdictRow.measured_on >= date_from)
+            if date_to:
+                q = q.where(VerdictRow.measured_on <= date_to)
+            if vantage:
+                q = q.where(VantagePoint.name == vantage)
+            if transport:
+                q = q.where(VerdictRow.transport == transport)
+            if campaign_id is not None:
+                q = q.join(Measurement, Measurement.id == VerdictRow.measurement_id).where(
+                    Measurement.campaign_id == campaign_id
+                )
+            q = q.group_by(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, VerdictRow.label)
+            raw = [tuple(r) for r in s.execute(q)]
+        totals: dict[tuple[dt.date, str, str], int] = {}
+        for day, v, t, _label, n in raw:
+            totals[(day, v, t)] = totals.get((day, v, t), 0) + n
+        rows = [CensusRow(day, v, t, label, n, totals[(day, v, t)]) for day, v, t, label, n in raw]
+        rows.sort(key=lambda r: (r.date, r.vantage, r.transport, -r.count, r.label))
+        return rows
+
+    # ---- politeness -------------------------------------------------------------------------
+
+    def opt_out(self, domain: str, reason: str = "") -> None:
+        d = normalize_domain(domain)
+        with self.sessions.begin() as s:
+            if s.get(OptOut, d) is None:
+                s.add(OptOut(domain=d, reason=reason))
+
+    def is_opted_out(self, domain: str) -> bool:
+        """An opt-out of example.com covers www.example.com and every other subdomain."""
+        labels = normalize_domain(domain).split(".")
+        suffixes = [".".join(labels[i:]) for i in range(len(labels) - 1)]
+        with self.sessions() as s:
+            return s.scalar(select(func.count()).where(OptOut.domain.in_(suffixes))) != 0
+
+    def acquire_site(
+        self, domain: str, holder: str, lease_seconds: float = 600, min_gap_seconds: float = 0
+    ) -> bool:
+        """Take the site's lease if nobody holds a live one and the last measurement started at
+        least `min_gap_seconds` ago. One conditional UPDATE decides, so it is safe across workers.
+        A lease that expires (its worker died) is free for the next taker."""
+        now = utcnow()
+        with self.sessions.begin() as s:
+            site = self._site(s, domain)
+            if s.get(SiteState, site.id) is None:
+                try:
+                    with s.begin_nested():
+                        s.add(SiteState(site_id=site.id))
+                except IntegrityError:
+                    pass
+            res = s.execute(
+                update(SiteState)
+                .where(
+                    SiteState.site_id == site.id,
+                    or_(SiteState.lease_holder.is_(None), SiteState.lease_expires_at < now),
+                    or_(
+                        SiteState.last_started_at.is_(None),
+                        SiteState.last_started_at <= now - dt.timedelta(seconds=min_gap_seconds),
+                    ),
+                )
+                .values(
+                    lease_holder=holder,
+                    lease_expires_at=now + dt.timedelta(seconds=lease_seconds),
+                    last_started_at=now,
+                )
+                .execution_options(synchronize_session=False)
+            )
+            return res.rowcount == 1  # type: ignore[attr-defined]
+
+    def release_site(self, domain: str, holder: str) -> bool:
+        with self.sessions.begin() as s:
+            site = self._site(s, domain, create=False)
+            res = s.execute(
+                update(SiteState)
+                .where(SiteState.site_id == site.id, SiteState.lease_holder == holder)
+                .values(lease_holder=None, lease_expires_at=None)
+                .execution_options(synchronize_session=False)
+            )
+            return res.rowcount == 1  # type: ignore[attr-defined]
+
+    # ---- crawler cache ----------------------------------------------------------------------
+
+    def cached_object(self, domain: str) -> CrawlCache | None:
+        """The crawler's unexpired pick for a site, or None."""
+        d = normalize_domain(domain)
+        with self.sessions() as s:
+            row = s.scalar(
+                select(CrawlCache).join(Site, Site.id == CrawlCache.site_id).where(Site.domain == d)
+            )
+            if row is None or (aware(row.expires_at) or utcnow()) <= utcnow():
+                return None
+            return row
+
+    def cache_object(
+        self, domain: str, url: str | None, size: int | None, detail: dict[str, Any], ttl_seconds: float
+    ) -> None:
+        now = utcnow()
+        with self.sessions.begin() as s:
+            site = self._site(s, domain)
+            s.execute(delete(CrawlCache).where(CrawlCache.site_id == site.id))
+            s.add(
+                CrawlCache(
+                    site_id=site.id,
+                    url=url,
+                    size=size,
+                    detail=detail,
+                    found_at=now,
+                    expires_at=now + dt.timedelta(seconds=ttl_seconds),
+                )
+            )
+
+
+def _campaign_fields(**kw: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if kw.get("top_n") is not None:
+        n = int(kw["top_n"])
+        if not 1 <= n <= 1_000_000:
+            raise StoreError("top_n must be between 1 and 1,000,000")
+        out["top_n"] = n
+    if kw.get("transports") is not None:
+        ts = list(dict.fromkeys(kw["transports"]))
+        if not ts or any(t not in TRANSPORTS for t in ts):
+            raise StoreError(f"transports must be a non-empty subset of {TRANSPORTS}")
+        out["transports"] = ts
+    if kw.get("profiles") is not None:
+        ps = list(dict.fromkeys(kw["profiles"]))
+        if not ps or any(not re.match(r"^[A-Za-z0-9_.:-]{1,64}$", p) for p in ps):
+            raise StoreError("profiles must be a non-empty list of profile names")
+        out["profiles"] = ps
+    if kw.get("schedule") is not None:
+        out["schedule"] = validate_cron(kw["schedule"])
+    return out
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # WAL lets the API read while a worker writes; foreign keys are off by default in SQLite.
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()

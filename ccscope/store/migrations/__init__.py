@@ -1,0 +1,1 @@
+"""Alembic migrations of the ccscope store (run them with `Store.migrate()`)."""

@@ -1,0 +1,47 @@
+"""The crawler's entry point for a site: the cached pick, or a fresh discovery stored with a TTL."""
+
+from __future__ import annotations
+
+from ccscope.crawler.discover import Discovery, Limits, find_largest_object
+from ccscope.crawler.http import SafeClient
+from ccscope.store import Store, normalize_domain
+
+DEFAULT_TTL = 7 * 24 * 3600.0  # sites change their big objects slowly; a week saves many requests
+FAILED_TTL = 6 * 3600.0  # retry a site that gave nothing sooner
+
+
+def object_for_site(
+    store: Store,
+    domain: str,
+    *,
+    lab: bool = False,
+    ttl_seconds: float = DEFAULT_TTL,
+    limits: Limits | None = None,
+    client: SafeClient | None = None,
+    base_urls: list[str] | None = None,
+) -> tuple[str | None, int | None, bool]:
+    """(url, size, from_cache) of the object to download from `domain`; url is None if the site
+    offers nothing usable. Tries https first, then http, unless `base_urls` says otherwise."""
+    d = normalize_domain(domain)
+    cached = store.cached_object(d)
+    if cached is not None:
+        return cached.url, cached.size, True
+    own = client is None
+    c = client or SafeClient(lab=lab, timeout=(limits or Limits()).request_timeout)
+    try:
+        result = Discovery(site=d)
+        for base in base_urls or [f"https://{d}/", f"http://{d}/"]:
+            result = find_largest_object(base, client=c, limits=limits)
+            if result.url is not None:
+                break
+    finally:
+        if own:
+            c.close()
+    store.cache_object(
+        d,
+        result.url,
+        result.size,
+        result.to_dict(),
+        ttl_seconds if result.url else min(ttl_seconds, FAILED_TTL),
+    )
+    return result.url, result.size, False
