@@ -28,7 +28,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "<cca>.lab.test, HTTP and HTTPS with a lab CA) behind an emulated Internet path, and "
         "record their TCP_INFO as ground truth.",
     )
-    sub = p.add_subparsers(dest="lab_cmd", required=True, metavar="{up,down,status,ccas}")
+    sub = p.add_subparsers(dest="lab_cmd", required=True, metavar="{up,down,status,ccas,validate}")
 
     q = sub.add_parser("up", help="start the lab (no-op if already up with the same settings)")
     _state_dir_arg(q)
@@ -70,6 +70,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     from ccscope.lab.ccas.cli import register as register_ccas
 
     register_ccas(sub)
+    from ccscope.lab.validate import register as register_validate
+
+    register_validate(sub)
     return p
 
 

@@ -230,6 +230,12 @@ static __always_inline void hystart_update(struct sock *sk, struct cubic *ca, __
 
 	if (ca->found)
 		return;
+	/* The ACK that ends a round opens the next one here, before its RTT sample is used, so
+	 * that sample is the new round's first (as in the kernel's CUBIC). cong_avoid still
+	 * starts rounds below hystart_low_window, which keeps them aligned with the window
+	 * doublings. Without this HyStart left slow start one ACK later than the kernel's. */
+	if ((__s32)(tp->snd_una - ca->end_seq) > 0)
+		hystart_new_round(sk, ca);
 
 	if (hystart_detect & HYSTART_ACK_TRAIN) {
 		__u32 now = (__u32)now_us(tp);

@@ -113,8 +113,9 @@ CC_PROG(void, nv_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 	if (ca->rtt_cnt < rtt_min_cnt)
 		return;
 
-	/* The window the current delivery rate supports at the minimum RTT. */
-	max_win = (__u64)sample->in_flight * ca->min_rtt / avg;
+	/* The window the current delivery rate supports at the minimum RTT. The kernel gives
+	 * in_flight in bytes (mss * segments delivered since the sampled one was sent). */
+	max_win = (__u64)sample->in_flight / (tp->mss_cache ? tp->mss_cache : 1) * ca->min_rtt / avg;
 
 	if (cwnd > max_win + pad) {
 		ca->allow_growth = 0;
