@@ -222,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_store(sub)
 
+    from ccscope.workers.cli import register as register_workers
+
+    register_workers(sub)
+
     p = sub.add_parser("demo", help="lab measurement of every built-in CCA, with a summary")
     p.add_argument("--object-bytes", type=int, default=200_000)
     p.add_argument("--keep-lab", action="store_true", help="leave the lab running afterwards")

@@ -1,1 +1,2 @@
-"""Placeholder: this component arrives with a later issue (see README)."""
+"""Workers: the measurement pipeline (tasks), Celery (one queue per vantage point, beat for
+campaigns) and the broker-less embedded runner. See tasks.py for the exactly-once argument."""

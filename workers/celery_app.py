@@ -1,0 +1,188 @@
+"""The Celery app: one queue per vantage point (`measure.<vantage>`), campaigns on beat.
+
+    celery -A ccscope.workers.celery_app worker -Q measure.paris -n paris@%h
+    celery -A ccscope.workers.celery_app beat -S ccscope.workers.celery_app:CampaignScheduler
+
+Broker and result backend come from CCSCOPE_BROKER_URL / CCSCOPE_RESULT_URL (default: the local
+Redis). Reliability rests on late acks plus the store: a task is acknowledged only after it ran,
+so a killed worker's task is delivered again, and the state machine makes the re-run finish the
+measurement exactly once. The store is CCSCOPE_DB_URL (+ CCSCOPE_TRACE_DIR), as for the CLI.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from typing import Any
+
+from celery import Celery
+from celery.beat import PersistentScheduler
+from celery.schedules import crontab
+from sqlalchemy.exc import OperationalError
+
+from ccscope.store.core import Store
+from ccscope.workers.tasks import (
+    Transient,
+    WorkerConfig,
+    cron_slot,
+    give_up,
+    is_stale,
+    plan_campaign,
+    queued_ids,
+    run_measurement,
+)
+
+log = logging.getLogger("ccscope.workers")
+
+DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+
+
+def queue_name(vantage: str) -> str:
+    return f"measure.{vantage}"
+
+
+app = Celery("ccscope")
+app.conf.update(
+    broker_url=os.environ.get("CCSCOPE_BROKER_URL", DEFAULT_BROKER),
+    result_backend=os.environ.get("CCSCOPE_RESULT_URL", os.environ.get("CCSCOPE_BROKER_URL", DEFAULT_BROKER)),
+    task_acks_late=True,  # ack after the run: a killed worker's task is delivered again
+    task_reject_on_worker_lost=True,  # a pool child that dies puts its task back at once
+    worker_prefetch_multiplier=1,  # a busy worker does not sit on other measurements
+    task_serializer="json",
+    accept_content=["json"],
+    result_expires=24 * 3600,
+    task_default_queue="ccscope.control",
+    broker_connection_retry_on_startup=True,
+    # Redis re-delivers an unacknowledged message only after this long; it bounds how soon a
+    # killed worker's measurement is re-run. It must exceed the longest measurement, or live
+    # tasks are delivered twice (harmless, thanks to the state machine, but wasteful).
+    broker_transport_options={
+        "visibility_timeout": float(os.environ.get("CCSCOPE_VISIBILITY_TIMEOUT", "3600")),
+        # Look for such messages every interval (kombu's default scans only every 10th, 100 s).
+        "unacked_restore_interval": float(os.environ.get("CCSCOPE_RESTORE_INTERVAL", "10")),
+        "unacked_restore_throttle": 1,
+    },
+    timezone="UTC",
+)
+
+_store_lock = threading.Lock()
+_store: Store | None = None
+
+
+def get_store() -> Store:
+    """One Store per process, opened lazily so prefork children do not share a connection."""
+    global _store
+    with _store_lock:
+        if _store is None:
+            _store = Store()
+            _store.migrate()
+        return _store
+
+
+def _backoff(retries: int) -> float:
+    base = float(os.environ.get("CCSCOPE_WORKER_RETRY_BASE", "5"))
+    cap = float(os.environ.get("CCSCOPE_WORKER_RETRY_CAP", "300"))
+    # Jitter spreads workers that collided on one site lease.
+    return min(cap, base * 2 ** min(retries, 10)) * random.uniform(0.75, 1.25)
+
+
+@app.task(
+    name="ccscope.measure", bind=True, max_retries=int(os.environ.get("CCSCOPE_WORKER_MAX_RETRIES", "30"))
+)
+def measure_task(self: Any, measurement_id: int, vantage: str) -> dict[str, Any]:
+    store = get_store()
+    try:
+        out = run_measurement(store, measurement_id, WorkerConfig.from_env(vantage))
+    except (Transient, OperationalError) as e:
+        # OperationalError: the database was unreachable or locked for a moment.
+        if self.request.retries >= self.max_retries:
+            out = give_up(store, measurement_id, str(e))
+        else:
+            log.info("measurement %s: %s; retrying", measurement_id, e)
+            raise self.retry(countdown=_backoff(self.request.retries), exc=e) from None
+    return {"measurement_id": out.measurement_id, "state": out.state, "noop": out.noop, "detail": out.detail}
+
+
+def dispatch(measurement_id: int, vantage: str) -> None:
+    measure_task.apply_async((measurement_id, vantage), queue=queue_name(vantage))
+
+
+@app.task(name="ccscope.plan_campaign")
+def plan_campaign_task(campaign_id: int, slot: str | None = None) -> dict[str, Any]:
+    """Queue the campaign's rows for `slot` (default: the cron tick this run belongs to) and
+    send each unfinished row to its vantage point's queue."""
+    store = get_store()
+    if slot is None:
+        slot = cron_slot(store.get_campaign(campaign_id).schedule)
+    planned = plan_campaign(store, campaign_id, slot)
+    sent = 0
+    for vantage, ids in queued_ids(planned).items():
+        for mid in ids:
+            dispatch(mid, vantage)
+            sent += 1
+    return {"campaign_id": campaign_id, "slot": slot, "planned": len(planned), "dispatched": sent}
+
+
+@app.task(name="ccscope.requeue_stale")
+def requeue_stale_task(older_than_seconds: float = 900.0) -> list[int]:
+    """Dispatch again the measurements whose worker died (normally the broker redelivers
+    them; this catches messages that were lost). The task requeues each row and frees its lease."""
+    store = get_store()
+    ids = []
+    for m in store.list_measurements(state="running", limit=10_000):
+        if is_stale(m, older_than_seconds):
+            dispatch(m.id, m.vantage.name)
+            ids.append(m.id)
+    return ids
+
+
+def _crontab(schedule: str) -> crontab:
+    minute, hour, dom, month, dow = schedule.split()
+    return crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
+
+
+def beat_schedule(store: Store) -> dict[str, dict[str, Any]]:
+    """Beat entries for the enabled campaigns, plus the stale-measurement sweep."""
+    entries: dict[str, dict[str, Any]] = {
+        "ccscope-requeue-stale": {
+            "task": "ccscope.requeue_stale",
+            "schedule": 300.0,
+            "args": (float(os.environ.get("CCSCOPE_WORKER_STALE_AFTER", "900")),),
+        }
+    }
+    offset = 0
+    while True:
+        page, total = store.list_campaigns(limit=200, offset=offset)
+        for c in page:
+            if c.enabled:
+                entries[f"campaign-{c.id}"] = {
+                    "task": "ccscope.plan_campaign",
+                    "schedule": _crontab(c.schedule),
+                    "args": (c.id,),
+                    "options": {"queue": "ccscope.control"},
+                }
+        offset += len(page)
+        if not page or offset >= total:
+            return entries
+
+
+class CampaignScheduler(PersistentScheduler):
+    """Beat's schedule is the store's enabled campaigns, re-read every few minutes so campaigns
+    created or changed through the API take effect without restarting beat."""
+
+    reload_every = 120.0
+
+    def setup_schedule(self) -> None:
+        super().setup_schedule()
+        self._reload()
+
+    def _reload(self) -> None:
+        self.merge_inplace(beat_schedule(get_store()))
+        self._next_reload = self.app.now().timestamp() + self.reload_every
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        if self.app.now().timestamp() >= getattr(self, "_next_reload", 0.0):
+            self._reload()
+        return float(super().tick(*args, **kwargs))

@@ -1,0 +1,366 @@
+"""The measurement pipeline as plain functions, shared by the Celery tasks and embedded mode.
+
+`run_measurement` takes one queued measurement row to `classified` or `failed`. Every step is a
+conditional write in the store (the state machine, the per-site lease), so a task that is
+delivered twice, or re-run after its worker was killed, finishes the measurement exactly once:
+
+* classified / failed: nothing to do (a redelivered task is a no-op);
+* captured: the traces are stored, only classification is left (the worker died after capture);
+* running: another delivery is measuring it right now -> retry later; if it has been running
+  longer than `stale_after_seconds` its worker died -> put it back to queued and run it;
+* queued: take the site's lease, -> running, download, store traces, -> captured, classify.
+
+Transient problems (site lease busy or too soon after the last visit, a lab/network hiccup) raise
+`Transient`; the callers retry with backoff. Everything else fails the row with a reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from sqlalchemy import delete
+
+from ccscope.errors import CCScopeError
+from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
+from ccscope.store.models import Campaign, Measurement, TraceFile, utcnow
+
+log = logging.getLogger("ccscope.workers")
+
+# Errors of a download that say "try again later" rather than "this site cannot be measured".
+_TRANSIENT_MARKS = (
+    "timed out",
+    "timeout",
+    "temporarily",
+    "connection reset",
+    "connection refused",
+    "network is unreachable",
+    "no route to host",
+    "lab is not up",
+)
+
+
+class Transient(CCScopeError):
+    """Retry the task later (with backoff); the measurement row is left as it is."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    vantage: str
+    profiles: tuple[str, ...] = ("A", "B")  # what a row with profile "default" downloads through
+    lab: bool = False
+    out_root: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "ccscope-work")
+    timeout: float = 60.0
+    max_bytes: int = 16 * 1024 * 1024
+    # Longer than the slowest measurement, so a live run is never mistaken for a dead one.
+    lease_seconds: float = 900.0
+    stale_after_seconds: float = 900.0
+    min_gap_seconds: float = 10.0
+    keep_files: bool = False  # the traces are in the store; the scratch directory can go
+
+    @classmethod
+    def from_env(cls, vantage: str, **overrides: object) -> WorkerConfig:
+        """Worker processes (Celery) take their knobs from the environment."""
+        env = os.environ
+        cfg = cls(vantage=vantage)
+        if env.get("CCSCOPE_WORKER_PROFILES"):
+            cfg = replace(cfg, profiles=tuple(env["CCSCOPE_WORKER_PROFILES"].split(",")))
+        for name, key, conv in (
+            ("timeout", "CCSCOPE_WORKER_TIMEOUT", float),
+            ("lease_seconds", "CCSCOPE_WORKER_LEASE", float),
+            ("stale_after_seconds", "CCSCOPE_WORKER_STALE_AFTER", float),
+            ("min_gap_seconds", "CCSCOPE_WORKER_MIN_GAP", float),
+            ("max_bytes", "CCSCOPE_WORKER_MAX_BYTES", int),
+        ):
+            if env.get(key):
+                cfg = replace(cfg, **{name: conv(env[key])})
+        if env.get("CCSCOPE_WORKER_DIR"):
+            cfg = replace(cfg, out_root=Path(env["CCSCOPE_WORKER_DIR"]))
+        if env.get("CCSCOPE_LAB", "") in ("1", "true", "yes"):
+            cfg = replace(cfg, lab=True)
+        return replace(cfg, **overrides)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    measurement_id: int
+    state: str  # the row's state afterwards
+    noop: bool = False  # the row was already finished: nothing was done
+    detail: str = ""
+
+
+def _holder(measurement_id: int) -> str:
+    # The lease belongs to the measurement, not the worker: the re-run of a measurement whose
+    # worker died can then take back its own lease without waiting for it to expire.
+    return f"measurement-{measurement_id}"
+
+
+def _is_transient(message: str) -> bool:
+    low = message.lower()
+    return any(m in low for m in _TRANSIENT_MARKS)
+
+
+def _profiles_for(m: Measurement, cfg: WorkerConfig) -> tuple[str, ...]:
+    if m.profile in ("", "default"):
+        return cfg.profiles
+    return tuple(p for p in m.profile.split("+") if p)
+
+
+def _drop_traces(store: Store, measurement_id: int) -> None:
+    """Forget traces a dead attempt stored before it could move the row to captured, so the
+    re-run leaves exactly one set. (Blobs are content-addressed and may be shared; they stay.)"""
+    with store.sessions.begin() as s:
+        s.execute(delete(TraceFile).where(TraceFile.measurement_id == measurement_id))
+
+
+def _fail(store: Store, measurement_id: int, reason: str) -> Outcome:
+    try:
+        store.transition(measurement_id, "failed", reason)
+    except IllegalTransition:
+        # Someone else finished (or requeued) it meanwhile; report what the row says now.
+        m = store.get_measurement(measurement_id)
+        return Outcome(measurement_id, m.state, detail="lost a race while failing")
+    return Outcome(measurement_id, "failed", detail=reason)
+
+
+def _classify_stored(store: Store, measurement_id: int) -> Outcome:
+    """captured -> classified from the traces in the store (not the scratch files)."""
+    from ccscope.classifier import classify
+    from ccscope.trace import Trace
+
+    m = store.get_measurement(measurement_id)
+    if not m.traces:
+        return _fail(store, measurement_id, "captured without traces")
+    with tempfile.TemporaryDirectory(prefix="ccscope-classify-") as tmp:
+        traces = []
+        for i, t in enumerate(m.traces):
+            p = Path(tmp) / f"{i}.trace.json"
+            p.write_bytes(store.read_trace(t.sha256))
+            traces.append(Trace.load(p))
+    try:
+        verdict = classify(traces)
+    except CCScopeError as e:
+        return _fail(store, measurement_id, f"classification failed: {e}")
+    # A concurrent delivery may have classified it first; record_verdict never duplicates.
+    with contextlib.suppress(IllegalTransition):
+        store.record_verdict(measurement_id, verdict)
+    return Outcome(measurement_id, store.get_measurement(measurement_id).state, detail=verdict.display)
+
+
+def _find_url(store: Store, m: Measurement, cfg: WorkerConfig) -> str | None:
+    if m.url:
+        return m.url
+    from ccscope.crawler.site import object_for_site
+
+    url, _size, _cached = object_for_site(store, m.site.domain, lab=cfg.lab)
+    return url
+
+
+def run_measurement(
+    store: Store,
+    measurement_id: int,
+    cfg: WorkerConfig,
+    *,
+    measure_fn: Callable[..., object] | None = None,
+) -> Outcome:
+    """Take one measurement as far as it goes; raises Transient to be retried later.
+    `measure_fn` replaces capture.measure.measure (tests only)."""
+    try:
+        m = store.get_measurement(measurement_id)
+    except NotFound:
+        return Outcome(measurement_id, "missing", noop=True, detail="no such measurement")
+    if m.state in ("classified", "failed"):
+        return Outcome(measurement_id, m.state, noop=True)
+    if m.state == "captured":
+        return _classify_stored(store, measurement_id)
+    if m.state == "running":
+        if not is_stale(m, cfg.stale_after_seconds):
+            raise Transient(f"measurement {measurement_id} is running elsewhere")
+        # Its worker died. Requeue this row only (store.requeue_stale would requeue every stale
+        # row and leave their leases held); the conditional transition lets one delivery win.
+        try:
+            store.transition(measurement_id, "queued")
+        except IllegalTransition:
+            raise Transient(f"measurement {measurement_id} was taken up by another delivery") from None
+        log.warning("measurement %s: its worker died mid-run; running it again", measurement_id)
+        # The lease is the measurement's own (see _holder), so the dead run's lease is ours to free.
+        store.release_site(m.site.domain, _holder(measurement_id))
+        m = store.get_measurement(measurement_id)
+    domain = m.site.domain
+    if store.is_opted_out(domain):
+        return _fail(store, measurement_id, f"{domain} has opted out of measurement")
+    if m.transport != "tcp":
+        return _fail(store, measurement_id, f"transport {m.transport} is not measured by this worker")
+    if not store.acquire_site(domain, _holder(measurement_id), cfg.lease_seconds, cfg.min_gap_seconds):
+        raise Transient(f"{domain} is being measured or was measured too recently")
+    try:
+        try:
+            store.transition(measurement_id, "running")
+        except IllegalTransition:
+            # Another delivery took it between our read and now: it owns the run.
+            raise Transient(f"measurement {measurement_id} was taken by another delivery") from None
+        _drop_traces(store, measurement_id)
+        return _measure_and_classify(store, m, cfg, measure_fn)
+    finally:
+        store.release_site(domain, _holder(measurement_id))
+
+
+def give_up(store: Store, measurement_id: int, reason: str) -> Outcome:
+    """The retries are spent: fail a row that is still queued, so it does not wait forever.
+    A row another delivery is running (or has finished) is left to that delivery."""
+    m = store.get_measurement(measurement_id)
+    if m.state != "queued":
+        return Outcome(measurement_id, m.state, noop=True, detail="left to the delivery that has it")
+    return _fail(store, measurement_id, f"gave up after repeated transient failures: {reason}")
+
+
+def is_stale(m: Measurement, stale_after_seconds: float) -> bool:
+    """A `running` row whose run started longer ago than any live run lasts: its worker died."""
+    started = aware(m.started_at)
+    return m.state == "running" and (
+        started is None or (utcnow() - started).total_seconds() > stale_after_seconds
+    )
+
+
+def _measure_and_classify(
+    store: Store, m: Measurement, cfg: WorkerConfig, measure_fn: Callable[..., object] | None
+) -> Outcome:
+    mid = m.id
+    try:
+        url = _find_url(store, m, cfg)
+    except CCScopeError as e:
+        return _fail(store, mid, f"finding an object failed: {e}")
+    if not url:
+        return _fail(store, mid, f"{m.site.domain} offers no object worth downloading")
+    if measure_fn is None:
+        from ccscope.capture.measure import measure as measure_fn
+    out = cfg.out_root / cfg.vantage / f"m{mid}-{utcnow().strftime('%Y%m%dT%H%M%S%f')}"
+    try:
+        try:
+            res = measure_fn(
+                url,
+                _profiles_for(m, cfg),
+                out,
+                lab=cfg.lab,
+                timeout=cfg.timeout,
+                max_bytes=cfg.max_bytes,
+            )
+        except CCScopeError as e:
+            return _after_error(store, mid, str(e))
+        runs = getattr(res, "runs", [])
+        # A download cut short still leaves a usable (partial) trace; an HTTP error page does
+        # not measure the server's congestion control, so it fails the measurement.
+        refused = [r for r in runs if not 200 <= int(r.fetch.get("status") or 200) < 300]
+        if refused:
+            why = "; ".join(f"{r.profile}: HTTP {r.fetch.get('status')} from {url}" for r in refused)
+            return _fail(store, mid, why)
+        files = [(r.profile, r.trace_file) for r in runs if r.trace_file]
+        errors = [f"{r.profile}: {r.error}" for r in runs if r.error]
+        if not files:
+            return _after_error(store, mid, "; ".join(errors) or "the download left no trace")
+        for profile, path in files:
+            store.add_trace(mid, Path(path).read_bytes(), profile=profile)
+    finally:
+        if not cfg.keep_files:
+            shutil.rmtree(out, ignore_errors=True)
+    try:
+        store.transition(mid, "captured")
+    except IllegalTransition:
+        # The row was requeued under us (we were taken for dead): the re-run owns it now.
+        raise Transient(f"measurement {mid} was requeued while running") from None
+    return _classify_stored(store, mid)
+
+
+def _after_error(store: Store, mid: int, message: str) -> Outcome:
+    if _is_transient(message):
+        # Give the row back so the retry can take it again from the top.
+        with contextlib.suppress(IllegalTransition):
+            store.transition(mid, "queued")
+        raise Transient(message)
+    return _fail(store, mid, message)
+
+
+# ---- campaigns --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    measurement_id: int
+    vantage: str
+    created: bool
+    state: str
+
+
+def plan_campaign(store: Store, campaign_id: int, slot: str) -> list[Planned]:
+    """Queue the campaign's measurements for one slot; running it again for the same slot
+    returns the same rows (the idempotency key includes the slot). Opted-out sites are skipped."""
+    c: Campaign = store.get_campaign(campaign_id)
+    domains = store.top_sites(c.site_list.id, c.top_n)
+    out: list[Planned] = []
+    for v in c.vantages:
+        for domain in domains:
+            for transport in c.transports:
+                for profile in c.profiles:
+                    try:
+                        m, created = store.enqueue_measurement(
+                            domain, v.name, transport, slot, campaign_id=c.id, profile=profile
+                        )
+                    except Conflict:  # opted out since the list was imported
+                        continue
+                    out.append(Planned(m.id, v.name, created, m.state))
+    return out
+
+
+def cron_slot(schedule: str, now: dt.datetime | None = None) -> str:
+    """The most recent minute (UTC, ISO) at or before `now` that `schedule` fires on: the slot a
+    beat tick belongs to, so a late or repeated tick still names the same slot."""
+    from celery.schedules import crontab
+
+    minute, hour, dom, month, dow = schedule.split()
+    cr = crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
+    t = (now or utcnow()).astimezone(dt.UTC).replace(second=0, microsecond=0)
+    day = t.replace(hour=0, minute=0)
+    for back in range(0, 400):
+        d = day - dt.timedelta(days=back)
+        # crontab days of the week count from Sunday = 0; isoweekday has Sunday = 7.
+        if d.day not in cr.day_of_month or d.month not in cr.month_of_year:
+            continue
+        if d.isoweekday() % 7 not in cr.day_of_week:
+            continue
+        for h in sorted(cr.hour, reverse=True):
+            for mi in sorted(cr.minute, reverse=True):
+                cand = d.replace(hour=h, minute=mi)
+                if cand <= t:
+                    return cand.isoformat()
+    return t.isoformat()
+
+
+def queued_ids(planned: Sequence[Planned]) -> dict[str, list[int]]:
+    """Rows still to run, per vantage point (re-dispatching a queued row is harmless)."""
+    out: dict[str, list[int]] = {}
+    for p in planned:
+        if p.state in ("queued", "running", "captured"):
+            out.setdefault(p.vantage, []).append(p.measurement_id)
+    return out
+
+
+__all__ = [
+    "Outcome",
+    "Planned",
+    "StoreError",
+    "Transient",
+    "WorkerConfig",
+    "cron_slot",
+    "give_up",
+    "is_stale",
+    "plan_campaign",
+    "queued_ids",
+    "run_measurement",
+]
