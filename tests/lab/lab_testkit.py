@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -119,3 +120,31 @@ def wait_for(pred: Callable[[], T], timeout: float = 10.0, every: float = 0.05) 
         if v or time.monotonic() > deadline:
             return v
         time.sleep(every)
+
+
+@contextlib.contextmanager
+def running_lab(state_dir: Path, params: Any) -> Iterator[Any]:
+    """A real lab on its own instance for a test module or session; CCSCOPE_LAB_DIR points at it
+    meanwhile, so measure() and CLI/worker subprocesses find it. Lab *mode* stays off."""
+    from ccscope.lab.lab import Lab
+    from ccscope.lab.registry import lab_prefix
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    link_binary_or_skip()
+    prefix = lab_prefix(params.instance)
+    out = subprocess.run(["ip", "-j", "route", "show", prefix], capture_output=True, text=True).stdout
+    if json.loads(out or "[]"):
+        pytest.fail(f"{prefix} is already routed: another lab is up on instance {params.instance}")
+    old = os.environ.get("CCSCOPE_LAB_DIR")
+    os.environ["CCSCOPE_LAB_DIR"] = str(state_dir)
+    lab = Lab(state_dir)
+    lab.up(params)
+    try:
+        yield lab
+    finally:
+        lab.down()
+        if old is None:
+            os.environ.pop("CCSCOPE_LAB_DIR", None)
+        else:
+            os.environ["CCSCOPE_LAB_DIR"] = old

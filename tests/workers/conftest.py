@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import socket
 import subprocess
@@ -14,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from ccscope.lab.lab import Lab, LabParams
-from ccscope.lab.registry import lab_prefix
 from ccscope.store.core import Store
-from tests.lab.lab_testkit import link_binary_or_skip
+from tests.lab.lab_testkit import running_lab
 
 # Not instance 0 (a developer's lab) nor 7 (the capture tests' lab): these coexist.
 INSTANCE = 8
@@ -30,30 +27,11 @@ def obj_url(cca: str, size: int = OBJ_BYTES) -> str:
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    link_binary_or_skip()
-    prefix = lab_prefix(INSTANCE)
-    out = subprocess.run(["ip", "-j", "route", "show", prefix], capture_output=True, text=True).stdout
-    if json.loads(out or "[]"):
-        pytest.fail(f"{prefix} is already routed: another lab is up on instance {INSTANCE}")
-    state = tmp_path_factory.mktemp("workers-lab")
-    old = {k: os.environ.get(k) for k in ("CCSCOPE_LAB_DIR",)}
-    # measure() (and the Celery worker subprocesses, which inherit this) find the lab here.
     # Lab mode itself is switched on per worker (lab=True / CCSCOPE_LAB in a subprocess), not
     # for the whole test session, so other tests still see private targets refused.
-    os.environ["CCSCOPE_LAB_DIR"] = str(state)
-    lab = Lab(state)
-    lab.up(LabParams(ccas=CCAS, delay_ms=10, instance=INSTANCE))
-    try:
+    params = LabParams(ccas=CCAS, delay_ms=10, instance=INSTANCE)
+    with running_lab(tmp_path_factory.mktemp("workers-lab"), params) as lab:
         yield lab
-    finally:
-        lab.down()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture
@@ -83,8 +61,21 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     d = tmp_path_factory.mktemp("redis")
     log = (d / "redis.log").open("wb")
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--daemonize", "no", "--dir", str(d)],
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(d),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
