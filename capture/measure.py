@@ -45,6 +45,18 @@ class ProfileRun:
     groundtruth: dict[str, Any] | None = None  # lab mode: error against the server's TCP_INFO
 
 
+def bif_errors(groundtruth: dict[str, Any] | None) -> tuple[float | None, float | None, float | None]:
+    """The three figures every report shows from a run's ground-truth comparison, in % of BDP:
+    capture-aligned and sender-aligned beyond the truth's resolution, and sender-aligned strict."""
+    g = groundtruth or {}
+    cap, snd = g.get("capture") or {}, g.get("sender") or {}
+    return cap.get("mae_pct_bdp_resolved"), snd.get("mae_pct_bdp_resolved"), snd.get("mae_pct_bdp")
+
+
+def format_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}%"
+
+
 @dataclass
 class Measurement:
     url: str

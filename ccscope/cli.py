@@ -58,6 +58,8 @@ def _cmd_measure(args: argparse.Namespace) -> int:
 
 
 def format_measurement(d: dict[str, Any]) -> str:
+    from ccscope.capture.measure import bif_errors, format_pct
+
     lines = [f"{d['url']}  run {d['run_id']}  -> {d['out_dir']}"]
     hdr = f"{'profile':<8}{'ok':<5}{'bytes':>9}{'secs':>7}{'points':>8}{'maxBiF':>8}{'retx':>6}"
     hdr += f"{'RTTint':>8}{'RTTbase':>9}"
@@ -73,11 +75,8 @@ def format_measurement(d: dict[str, Any]) -> str:
         )
         g = r.get("groundtruth")
         if gt and g:
-            row += (
-                f"{g.get('cca') or '?':>7}{_pct(g['capture'].get('mae_pct_bdp_resolved')):>9}"
-                f"{_pct(g['sender'].get('mae_pct_bdp_resolved')):>9}"
-                f"{_pct(g['sender'].get('mae_pct_bdp')):>8}"
-            )
+            cap, snd, strict = bif_errors(g)
+            row += f"{g.get('cca') or '?':>7}{format_pct(cap):>9}{format_pct(snd):>9}{format_pct(strict):>8}"
         lines.append(row)
         if r.get("error"):
             lines.append(f"         error: {r['error']}")
@@ -88,10 +87,6 @@ def format_measurement(d: dict[str, Any]) -> str:
             "the sender; strict = snd against the last truth sample"
         )
     return "\n".join(lines)
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}%"
 
 
 def _ms(x: float | None) -> str:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from ccscope.capture.measure import Measurement, measure
+from ccscope.capture.measure import Measurement, bif_errors, format_pct, measure
 from ccscope.lab.lab import Lab, LabParams
 
 BUILTIN_CCAS = ("reno", "cubic", "bbr")
@@ -26,22 +25,15 @@ def summary_table(results: dict[str, Measurement]) -> str:
     lines = [head, "-" * len(head)]
     for cca, m in results.items():
         for r in m.runs:
-            g: dict[str, Any] = r.groundtruth or {}
-            cap = (g.get("capture") or {}).get("mae_pct_bdp_resolved")
-            snd = (g.get("sender") or {}).get("mae_pct_bdp_resolved")
-            strict = (g.get("sender") or {}).get("mae_pct_bdp")
+            cap, snd, strict = bif_errors(r.groundtruth)
             lines.append(
                 f"{cca:<11}{r.profile:<8}{r.bytes:>8}{r.duration_s:>6.1f}{r.max_bif:>8}"
                 f"{r.retransmits:>6}{(r.base_rtt_ms or 0):>8.0f}"
-                f"{_pct(cap):>17}{_pct(snd):>8}{_pct(strict):>8}"
+                f"{format_pct(cap):>17}{format_pct(snd):>8}{format_pct(strict):>8}"
             )
             if r.error:
                 lines.append(f"{'':<11}error: {r.error}")
     return "\n".join(lines)
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}%"
 
 
 def run_demo(object_bytes: int = 200_000, keep_lab: bool = False) -> int:
