@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -298,15 +297,12 @@ def test_traces_from_packets_equals_fast_path(tmp_path: Path) -> None:
     assert fl.main.bif.tolist() == flows_from_pcap(p).main.bif.tolist()
 
 
-def test_speed_10k_packets(tmp_path: Path) -> None:
+def test_10k_packet_capture_is_deterministic(tmp_path: Path) -> None:
+    # Speed is bench/classifier's business (pcap -> verdict per second); here only behaviour.
     p = write_pcap(tmp_path / "bulk.pcap", bulk_flow(n_data=6700, loss=0.01).packets())
-    flows_from_pcap(p)
-    t0 = time.perf_counter()
-    for _ in range(10):
-        res = flows_from_pcap(p)
-    per = (time.perf_counter() - t0) / 10
-    assert res.stats["packets"] > 10_000
-    assert per < 0.1, f"{per * 1e3:.1f} ms per 10k-packet capture"  # target ~10 ms; CI slack
+    a, b = flows_from_pcap(p), flows_from_pcap(p)
+    assert a.stats["packets"] > 10_000
+    assert a.main.bif.tolist() == b.main.bif.tolist() and a.main.t.tolist() == b.main.t.tolist()
 
 
 def test_traces_from_records() -> None:
