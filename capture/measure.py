@@ -122,8 +122,13 @@ def measure_profile(
     lab: bool = False,
     timeout: float = 60.0,
     max_bytes: int = 16 * 1024 * 1024,
+    access: Sequence[str] = (),
+    seed: int | None = None,
 ) -> ProfileRun:
-    """One download through one profile; never raises for a failed download, reports it."""
+    """One download through one profile; never raises for a failed download, reports it.
+    `access`: link options of an emulated access path around the profile's shell (a lab
+    vantage point); the capture stays at the profile's bottleneck. `seed` seeds the shell's
+    random jitter and loss (`ccscope-link --seed`); None keeps the emulator's default."""
     hosts = cafile = None
     if lab:
         from ccscope.lab.lab import lab_ca_file, lab_hosts_file
@@ -136,7 +141,16 @@ def measure_profile(
     cmd = _fetch_cmd(
         url, lab=lab, cafile=cafile, run_id=f"{run_id}-{profile.name}", timeout=timeout, max_bytes=max_bytes
     )
-    sh = run_in_shell(cmd, profile, pcap=pcap, stats=stats, hosts=hosts, timeout=timeout + 15)
+    sh = run_in_shell(
+        cmd,
+        profile,
+        pcap=pcap,
+        stats=stats,
+        hosts=hosts,
+        extra=("--seed", str(seed)) if seed is not None else (),
+        outer=access,
+        timeout=timeout + 15,
+    )
     try:
         run.fetch = json.loads(sh.stdout.strip().splitlines()[-1]) if sh.stdout.strip() else {}
     except ValueError:
@@ -200,6 +214,8 @@ def measure(
     lab: bool = False,
     timeout: float = 60.0,
     max_bytes: int = 16 * 1024 * 1024,
+    access: Sequence[str] = (),
+    seed: int | None = None,
 ) -> Measurement:
     lab = lab_mode_enabled(lab)
     if not lab:
@@ -214,7 +230,15 @@ def measure(
         try:
             m.runs.append(
                 measure_profile(
-                    url, get_profile(name), out, run_id=run_id, lab=lab, timeout=timeout, max_bytes=max_bytes
+                    url,
+                    get_profile(name),
+                    out,
+                    run_id=run_id,
+                    lab=lab,
+                    timeout=timeout,
+                    max_bytes=max_bytes,
+                    access=access,
+                    seed=seed,
                 )
             )
         except CCScopeError as e:

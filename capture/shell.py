@@ -45,7 +45,10 @@ def shell_command(
     stats: Path | None = None,
     hosts: Path | None = None,
     extra: Sequence[str] = (),
+    outer: Sequence[str] = (),
 ) -> list[str]:
+    """The emulator command line. `outer` (link options) wraps the shell in another one, as
+    mahimahi's shells nest: e.g. a vantage point's access path around a measurement profile."""
     args = [str(link_binary())]
     if profile is not None:
         args += profile.link_args()
@@ -56,6 +59,8 @@ def shell_command(
     if hosts is not None:
         args += ["--hosts", str(hosts)]
     args += [*extra, "--quiet", "--", *cmd]
+    if outer:
+        args = [str(link_binary()), *outer, "--quiet", "--", *args]
     return args
 
 
@@ -81,10 +86,11 @@ def run_in_shell(
     stats: Path | None = None,
     hosts: Path | None = None,
     extra: Sequence[str] = (),
+    outer: Sequence[str] = (),
     timeout: float | None = None,
 ) -> ShellRun:
     """Run `cmd` inside a fresh shell and wait for it; never leaves the shell behind."""
-    argv = shell_command(cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra)
+    argv = shell_command(cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra, outer=outer)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)

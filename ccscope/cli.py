@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +158,47 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from ccscope.demo import run_demo
 
-    return run_demo(object_bytes=args.object_bytes, keep_lab=args.keep_lab)
+    return run_demo(
+        serve=not args.no_serve,
+        host=args.host,
+        port=args.port,
+        concurrency=args.concurrency,
+        keep_lab=args.keep_lab,
+        db_url=args.db,
+        trace_dir=args.traces,
+    )
+
+
+def _cmd_census(args: argparse.Namespace) -> int:
+    from ccscope.store.core import Store
+    from ccscope.workers.census import VantageSpec, import_list_file, lab_truth, run_census
+
+    if args.lab:
+        os.environ["CCSCOPE_LAB"] = "1"
+    store = Store(args.db, args.traces)
+    store.migrate()
+    list_name, size = import_list_file(store, args.list, args.name)
+    vantages = [VantageSpec(v.strip()) for v in args.vantage.split(",") if v.strip()]
+    if not args.json:
+        print(
+            f"census: top {min(args.top, size)} of {size} sites in {list_name} from "
+            f"{', '.join(v.name for v in vantages)}; profiles {args.profiles} ...",
+            file=sys.stderr,
+            flush=True,
+        )
+    rep = run_census(
+        store,
+        list_name,
+        args.top,
+        vantages,
+        profiles=tuple(p for p in args.profiles.split(",") if p),
+        lab=args.lab,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        truth=lab_truth() if args.lab else None,
+    )
+    print(json.dumps(rep.to_dict(), indent=2, default=str) if args.json else rep.format())
+    return 0 if rep.results and all(r.state == "classified" for r in rep.results) else 4
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,18 +263,53 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_workers(sub)
 
-    p = sub.add_parser("demo", help="lab measurement of every built-in CCA, with a summary")
-    p.add_argument("--object-bytes", type=int, default=200_000)
+    p = sub.add_parser(
+        "demo",
+        help="the main job: a census of lab sites through the service, then the API serving it",
+    )
+    p.add_argument("--no-serve", action="store_true", help="print the census and exit")
+    p.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="API port (default 8080)")
+    p.add_argument("--concurrency", type=int, default=16, help="concurrent measurements per vantage")
     p.add_argument("--keep-lab", action="store_true", help="leave the lab running afterwards")
+    p.add_argument("--db", help="SQLAlchemy URL (default: CCSCOPE_DB_URL or the embedded SQLite file)")
+    p.add_argument("--traces", help="trace directory (default: CCSCOPE_TRACE_DIR or the data dir)")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser(
+        "census",
+        help="measure and classify the top N sites of a list now (embedded workers), print shares",
+        description="Import a Tranco-style (rank,domain) or Alexa-style CSV, create a one-off "
+        "campaign over its top N sites and run it now in this process from the named vantage "
+        "point(s), through the store (results stay there for the API).",
+    )
+    p.add_argument("--list", required=True, metavar="FILE", help="Tranco or Alexa-style CSV")
+    p.add_argument("--top", type=int, required=True, metavar="N")
+    p.add_argument("--name", help="list name in the store (default: the file's stem)")
+    p.add_argument("--vantage", default="local", help="vantage point name(s), comma-separated")
+    p.add_argument("--profiles", default="A,B", help="standard profiles to download through")
+    p.add_argument("--concurrency", type=int, default=16, help="concurrent measurements per vantage")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per download")
+    p.add_argument("--lab", action="store_true", help="the list names lab sites (lab mode)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--db", help="SQLAlchemy URL (default: CCSCOPE_DB_URL or the embedded SQLite file)")
+    p.add_argument("--traces", help="trace directory (default: CCSCOPE_TRACE_DIR or the data dir)")
+    p.set_defaults(func=_cmd_census)
 
     p = sub.add_parser("cleanup", help="remove state left by killed shells")
     p.set_defaults(func=_cmd_cleanup)
     return ap
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    # SIGTERM (a service manager, `kill`) unwinds like Ctrl-C, so labs and shells are torn down.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)
     except CCScopeError as e:

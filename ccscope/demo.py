@@ -1,69 +1,157 @@
-"""The main job on embedded defaults: bring up the lab, measure every built-in CCA through both
-standard profiles, and print what was seen next to the server's own ground truth.
+"""The main job on embedded defaults: a census of lab sites through the service.
 
-The CCAs are measured concurrently: each download crosses its own shell (its own 200 kbit/s
-bottleneck), so they do not share a queue, and the demo takes one pair of downloads' time.
+1. The lab comes up with web sites whose servers run a mix of CCAs (kernel reno/cubic/bbr and
+   BPF zoo CCAs, loaded on demand) behind an emulated Internet path.
+2. A census campaign over those sites runs through the service on its embedded defaults (the
+   SQLite store and trace directory, the campaign planner, the worker pipeline with the crawler
+   finding each site's largest object, the classifier) from two emulated vantage points: each
+   vantage point's downloads cross their own access path (a shell around the profile's shell).
+3. The census table (CCA shares per vantage point) is printed with each site's verdict beside
+   the CCA its server really runs, and the accuracy.
+4. The API is left serving the store, so the census can be browsed (Ctrl-C stops it).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from ccscope.capture.measure import Measurement, bif_errors, format_pct, measure
 from ccscope.lab.lab import Lab, LabParams
+from ccscope.store.core import Store, default_data_dir
+from ccscope.workers.census import CensusReport, VantageSpec, lab_truth, run_census
 
-BUILTIN_CCAS = ("reno", "cubic", "bbr")
+# A small web: several sites per popular CCA, as on the Internet, and one each of a few others.
+DEMO_SITES: tuple[tuple[str, str], ...] = (
+    ("search.lab.test", "bbr"),
+    ("video.lab.test", "bbr"),
+    ("shop.lab.test", "cubic"),
+    ("news.lab.test", "cubic"),
+    ("wiki.lab.test", "cubic"),
+    ("mail.lab.test", "reno"),
+    ("blog.lab.test", "bic"),
+    ("maps.lab.test", "htcp"),
+    ("bank.lab.test", "vegas"),
+    ("cdn.lab.test", "westwood"),
+    ("games.lab.test", "illinois"),
+    ("docs.lab.test", "scalable"),
+)
+# Two "locations" of the measuring side: the same lab reached over different access paths.
+DEMO_VANTAGES: tuple[VantageSpec, ...] = (
+    VantageSpec("lab-near", ("--delay", "5"), "emulated vantage point: +5 ms one-way access path"),
+    VantageSpec(
+        "lab-far", ("--delay", "60", "--jitter", "1"), "emulated vantage point: +60 ms one-way, 1 ms jitter"
+    ),
+)
+DEMO_LIST = "lab-demo"
 
 
-def summary_table(results: dict[str, Measurement]) -> str:
-    head = (
-        f"{'server CCA':<11}{'profile':<8}{'bytes':>8}{'secs':>6}{'maxBiF':>8}{'retx':>6}"
-        f"{'RTT ms':>8}{'BiF err capture':>17}{'sender':>8}{'strict':>8}"
-    )
-    lines = [head, "-" * len(head)]
-    for cca, m in results.items():
-        for r in m.runs:
-            cap, snd, strict = bif_errors(r.groundtruth)
-            lines.append(
-                f"{cca:<11}{r.profile:<8}{r.bytes:>8}{r.duration_s:>6.1f}{r.max_bif:>8}"
-                f"{r.retransmits:>6}{(r.base_rtt_ms or 0):>8.0f}"
-                f"{format_pct(cap):>17}{format_pct(snd):>8}{format_pct(strict):>8}"
-            )
-            if r.error:
-                lines.append(f"{'':<11}error: {r.error}")
-    return "\n".join(lines)
+def demo_ccas(sites: tuple[tuple[str, str], ...] = DEMO_SITES) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(cca for _, cca in sites))
 
 
-def run_demo(object_bytes: int = 200_000, keep_lab: bool = False) -> int:
+def write_demo_list(path: Path, sites: tuple[tuple[str, str], ...] = DEMO_SITES) -> Path:
+    """The sites as a Tranco-style list (rank,domain), as a census reads any list."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{i},{host}\n" for i, (host, _) in enumerate(sites, start=1)))
+    return path
+
+
+def run_demo(
+    *,
+    serve: bool = True,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    concurrency: int = 16,
+    keep_lab: bool = False,
+    db_url: str | None = None,
+    trace_dir: str | None = None,
+    sites: tuple[tuple[str, str], ...] = DEMO_SITES,
+    vantages: tuple[VantageSpec, ...] = DEMO_VANTAGES,
+    profiles: tuple[str, ...] = ("A", "B"),
+) -> int:
+    from ccscope.lab import ccas as zoo
+
+    ccas = demo_ccas(sites)
+    zoo_needed = [c for c in ccas if c not in zoo.kernel_available()]
+    if zoo_needed:
+        zoo.ensure_loaded(zoo_needed)
+    os.environ["CCSCOPE_LAB"] = "1"  # lab targets are private addresses: allowed in lab mode only
+    store = Store(db_url, trace_dir)
+    store.migrate()
+    print(f"ccscope demo: store {store.engine.url.render_as_string(hide_password=True)}")
     lab = Lab()
-    print(f"ccscope demo: lab with {', '.join(BUILTIN_CCAS)} behind a 10 ms (one-way) Internet path")
-    lab.up(LabParams(ccas=BUILTIN_CCAS, delay_ms=10.0))
-    t0 = time.monotonic()
+    print(
+        f"lab: {len(sites)} sites on {len(ccas)} CCAs ({', '.join(ccas)}) behind a 10 ms one-way "
+        "Internet path"
+    )
+    # Just above the crawler's 400 KiB preference, so it is the pick: 17 s at 200 kbit/s.
+    lab.up(LabParams(ccas=ccas, delay_ms=10.0, sites=sites, large_bytes=420_000))
     try:
-        with ThreadPoolExecutor(len(BUILTIN_CCAS)) as pool:
-            futs = {
-                cca: pool.submit(measure, f"https://{cca}.lab.test/obj/{object_bytes}", ("A", "B"), lab=True)
-                for cca in BUILTIN_CCAS
-            }
-            results = {cca: f.result() for cca, f in futs.items()}
+        # A list per day: the demo re-run on one day reuses it, its campaigns stay apart.
+        from ccscope.workers.census import import_list_file
+
+        lst = write_demo_list(default_data_dir() / f"{DEMO_LIST}_{dt.date.today().isoformat()}.csv", sites)
+        list_name, _ = import_list_file(store, lst, DEMO_LIST)
+        print(
+            f"census of {len(sites)} sites from {len(vantages)} vantage points "
+            f"({'; '.join(f'{v.name}: {v.description}' for v in vantages)}), "
+            f"profiles {'+'.join(profiles)}, up to {concurrency} concurrent measurements each ...",
+            flush=True,
+        )
+        rep = run_census(
+            store,
+            list_name,
+            len(sites),
+            vantages,
+            profiles=profiles,
+            lab=True,
+            concurrency=concurrency,
+            truth=lab_truth(),
+        )
     finally:
         if not keep_lab:
             lab.down()
-    print(
-        f"measured {len(results)} servers x 2 profiles in {time.monotonic() - t0:.0f} s "
-        "(profile A: +50 ms, B: +100 ms one-way; 200 kbit/s; 2xBDP drop-tail; MTU 100)\n"
-    )
-    print(summary_table(results))
-    print(
-        "\nBiF err = mean |BiF measured - BiF from the server's TCP_INFO| beyond the truth's 1 ms "
-        "resolution, in % of the path BDP;\n'capture' is BiF as seen at the bottleneck, 'sender' "
-        "shifts it by the Internet-path RTT the capture cannot see;\n'strict' is 'sender' "
-        "against the last truth sample (sub-ms offsets at 64 KB jumps count in full)."
-    )
-    print("traces: " + ", ".join(m.out_dir for m in results.values()))
-    ok = all(m.ok for m in results.values())
+    print()
+    print(rep.format())
+    ok = bool(rep.results) and all(r.state == "classified" for r in rep.results)
     if not ok:
-        print("some downloads failed; see the errors above", file=sys.stderr)
+        print("\nsome measurements failed; see the reasons above", file=sys.stderr)
+    if serve:
+        _serve(store, rep, host, port)
     return 0 if ok else 1
+
+
+def _free_port(host: str, port: int) -> int:
+    """`port`, or the next free one: a second demo must not fail because the first still serves."""
+    import socket
+
+    for p in range(port, port + 50):
+        with socket.socket() as s:
+            try:
+                s.bind((host, p))
+            except OSError:
+                continue
+            return p
+    return port
+
+
+def _serve(store: Store, rep: CensusReport, host: str, port: int) -> None:
+    import logging
+
+    import uvicorn
+
+    from ccscope.api.app import create_app
+
+    port = _free_port(host, port)
+    base = f"http://{host}:{port}"
+    print(
+        f"\nAPI serving the store at {base} (docs: {base}/docs; Ctrl-C stops it). Try:\n"
+        f"  curl -s '{base}/v1/census?campaign_id={rep.campaign_id}'\n"
+        f"  curl -s {base}/v1/domains/{rep.sites[0]}\n"
+        f"  curl -s {base}/v1/campaigns/{rep.campaign_id}",
+        flush=True,
+    )
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    uvicorn.run(create_app(store), host=host, port=port, log_level="warning")

@@ -81,11 +81,18 @@ def parse_url(url: str) -> tuple[str, str, int, str]:
 def resolve_target(url: str, *, lab: bool = False) -> Target:
     """Parse, resolve and vet a URL; raises TargetRefused with the reason."""
     scheme, host, port, path = parse_url(url)
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as e:
-        raise TargetRefused(f"cannot resolve {host!r}: {e}") from None
-    addresses = tuple(dict.fromkeys(str(i[4][0]) for i in infos))
+    addresses: tuple[str, ...] = ()
+    if lab_mode_enabled(lab):
+        # Lab names live in the lab's hosts file, not in DNS (the shell gets it with --hosts).
+        from ccscope.lab.lab import lab_resolve
+
+        addresses = lab_resolve(host)
+    if not addresses:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as e:
+            raise TargetRefused(f"cannot resolve {host!r}: {e}") from None
+        addresses = tuple(dict.fromkeys(str(i[4][0]) for i in infos))
     if not addresses:
         raise TargetRefused(f"{host!r} has no addresses")
     if not lab_mode_enabled(lab):

@@ -50,6 +50,8 @@ class SafeClient:
         self.timeout = timeout
         self.user_agent = user_agent
         self.requests = 0
+        if lab and verify is True:
+            verify = _lab_tls_context()
         # No environment proxies: a proxy would connect to names we did not vet.
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout),
@@ -122,6 +124,19 @@ class SafeClient:
             finally:
                 resp.close()
         raise CrawlError(f"more than {MAX_REDIRECTS} redirects from {url}")
+
+
+def _lab_tls_context() -> ssl.SSLContext | bool:
+    """Trust the lab CA as well as the system's, when a lab is up (lab mode only)."""
+    from ccscope.errors import CCScopeError
+    from ccscope.lab.lab import lab_ca_file
+
+    ctx = ssl.create_default_context()
+    try:
+        ctx.load_verify_locations(cafile=str(lab_ca_file()))
+    except (CCScopeError, OSError, ssl.SSLError):
+        return True
+    return ctx
 
 
 def _read_capped(resp: httpx.Response, max_bytes: int, deadline: float) -> tuple[bytes, bool]:

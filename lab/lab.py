@@ -57,6 +57,7 @@ __all__ = [
     "is_lab_address",
     "lab_ca_file",
     "lab_hosts_file",
+    "lab_resolve",
     "lab_state_dir",
 ]
 
@@ -81,6 +82,24 @@ def groundtruth_dir(state_dir: str | Path | None = None) -> Path:
 def lab_hosts_file(state_dir: str | Path | None = None) -> Path:
     """The hosts file mapping `<cca>.lab.test` to the lab addresses (for `--hosts`)."""
     return _existing(lab_state_dir(state_dir) / "hosts", state_dir)
+
+
+def lab_resolve(host: str, state_dir: str | Path | None = None) -> tuple[str, ...]:
+    """Addresses of a lab name from the running lab's hosts file, for clients outside the
+    measurement shell (the crawler); () when the name is not in the lab or no lab is up."""
+    h = host.strip().lower().rstrip(".")
+    if h != LAB_DOMAIN and not h.endswith("." + LAB_DOMAIN):
+        return ()
+    try:
+        text = (lab_state_dir(state_dir) / "hosts").read_text()
+    except OSError:
+        return ()
+    out = []
+    for line in text.splitlines():
+        parts = line.split("#", 1)[0].split()
+        if len(parts) >= 2 and h in (n.lower() for n in parts[1:]):
+            out.append(parts[0])
+    return tuple(dict.fromkeys(out))
 
 
 def lab_ca_file(state_dir: str | Path | None = None) -> Path:
@@ -123,6 +142,9 @@ class LabParams:
     mtu: int = 1500
     large_bytes: int = DEFAULT_LARGE_BYTES
     instance: int = 0  # which /24 of 198.18.0.0/16: labs with different instances coexist
+    # Extra site names served by a CCA's server, (hostname, cca): a census needs many sites, and
+    # real ones share a CCA. One label under lab.test, so the lab's wildcard certificate fits.
+    sites: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate", normalize_rate(self.rate))
@@ -131,6 +153,9 @@ class LabParams:
         except KeyError as e:
             raise LabError(str(e.args[0])) from None
         object.__setattr__(self, "ccas", names)
+        object.__setattr__(self, "sites", tuple(_check_site(h, c, names) for h, c in self.sites))
+        if len({h for h, _ in self.sites}) != len(self.sites):
+            raise LabError("duplicate lab site name")
         if self.delay_ms < 0 or self.jitter_ms < 0:
             raise LabError("delay and jitter must be >= 0")
         if not 0.0 <= self.loss < 1.0:
@@ -161,12 +186,31 @@ class LabParams:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ccas"] = list(self.ccas)
+        d["sites"] = [list(x) for x in self.sites]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LabParams:
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        kw = {k: v for k, v in d.items() if k in known}
+        if "sites" in kw:
+            kw["sites"] = tuple((str(h), str(c)) for h, c in kw["sites"])
+        return cls(**kw)
+
+
+def _check_site(host: str, cca: str, ccas: tuple[str, ...]) -> tuple[str, str]:
+    h = host.strip().lower().rstrip(".")
+    label, _, rest = h.partition(".")
+    ok = rest == LAB_DOMAIN and 0 < len(label) <= 63 and all(c.isalnum() or c == "-" for c in label)
+    if not ok or label.startswith("-"):
+        raise LabError(f"lab site {host!r} must be one label under {LAB_DOMAIN} (e.g. shop.{LAB_DOMAIN})")
+    try:
+        name = lab_cca(cca).name
+    except KeyError as e:
+        raise LabError(str(e.args[0])) from None
+    if name not in ccas:
+        raise LabError(f"lab site {h} runs {name}, which is not among the lab's CCAs")
+    return h, name
 
 
 @dataclass
@@ -291,7 +335,7 @@ class Lab:
         names = [f"*.{LAB_DOMAIN}", LAB_DOMAIN, *(s.hostname for s in specs)]
         certs = ensure_certs(self.cert_dir, names, [s.addr for s in specs])
         self.gt_dir.mkdir(parents=True, exist_ok=True)
-        self._write_hosts(specs)
+        self._write_hosts(specs, params.sites)
         cross_port = _free_udp_port() if params.cross_traffic_kbit > 0 else 0
         cfg = ServerConfig(
             servers=[ListenerSpec(cca=s.name, addr=s.addr, kernel_cca=s.kernel) for s in specs],
@@ -375,9 +419,11 @@ class Lab:
             os.close(r)
         return st
 
-    def _write_hosts(self, specs: list[Any]) -> None:
+    def _write_hosts(self, specs: list[Any], sites: tuple[tuple[str, str], ...] = ()) -> None:
         lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
         lines += [f"{s.addr}\t{s.hostname}" for s in specs]
+        addr = {s.name: s.addr for s in specs}
+        lines += [f"{addr[cca]}\t{host}" for host, cca in sites]
         lines.append(f"{specs[0].addr}\t{LAB_DOMAIN}")  # the bare domain: the first server
         _atomic_write(self.hosts_file, "\n".join(lines) + "\n")
 

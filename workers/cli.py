@@ -28,6 +28,12 @@ def register(subparsers: Any) -> None:
     p = common(subparsers.add_parser("worker", help="run measurements for one vantage point"))
     p.add_argument("--vantage", required=True)
     p.add_argument("--concurrency", type=int, default=4, help="concurrent measurements")
+    p.add_argument(
+        "--access",
+        metavar="LINK_OPTIONS",
+        help="emulate this vantage point's access path around every download, as ccscope-link "
+        "options (lab vantage points), e.g. '--delay 60 --jitter 1'",
+    )
     p.set_defaults(func=cmd_worker)
 
     p = subparsers.add_parser("campaign", help="run a campaign now")
@@ -48,6 +54,8 @@ def _env(args: argparse.Namespace) -> None:
     if args.lab:
         os.environ["CCSCOPE_LAB"] = "1"
     os.environ["CCSCOPE_WORKER_PROFILES"] = args.profiles
+    if getattr(args, "access", None):
+        os.environ["CCSCOPE_WORKER_ACCESS"] = args.access
 
 
 def _store(args: argparse.Namespace) -> Store:

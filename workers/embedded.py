@@ -79,9 +79,7 @@ class EmbeddedWorkers:
                 return
             delay = min(self.retry_cap, self.retry_base * 2**tries) * random.uniform(0.75, 1.25)
             log.info("measurement %s: %s; retry in %.1fs", mid, e, delay)
-            t = threading.Timer(
-                delay, lambda: self.pools[vantage].submit(self._attempt, mid, vantage, tries + 1, fut)
-            )
+            t = threading.Timer(delay, self._retry, (mid, vantage, tries + 1, fut))
             t.daemon = True
             t.start()
             return
@@ -89,6 +87,13 @@ class EmbeddedWorkers:
             fut.set_exception(e)
             return
         fut.set_result(out)
+
+    def _retry(self, mid: int, vantage: str, tries: int, fut: Future[Outcome]) -> None:
+        try:
+            self.pools[vantage].submit(self._attempt, mid, vantage, tries, fut)
+        except RuntimeError:  # the pool was closed while the retry waited; the row stays queued
+            if not fut.done():
+                fut.set_exception(RuntimeError(f"measurement {mid}: workers closed before its retry"))
 
     def run_campaign(
         self, campaign_id: int, slot: str | None = None, timeout: float | None = None
@@ -116,15 +121,19 @@ class EmbeddedWorkers:
                     self.submit(m.id, vantage)
             stop.wait(poll_seconds)
 
-    def close(self, wait: bool = True) -> None:
+    def close(self, wait: bool = True, cancel: bool | None = None) -> None:
+        """Stop the pools; `cancel` drops measurements not started yet (default: when not
+        waiting). Their rows stay queued for the next run."""
         for p in self.pools.values():
-            p.shutdown(wait=wait, cancel_futures=not wait)
+            p.shutdown(wait=wait, cancel_futures=(not wait) if cancel is None else cancel)
 
     def __enter__(self) -> EmbeddedWorkers:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *_exc: object) -> None:
+        # Leaving on an error or a signal: finish what is running (its shells tear down
+        # cleanly), start nothing new.
+        self.close(cancel=exc_type is not None)
 
 
 def wait_all(futs: Iterable[Future[Outcome]], timeout: float) -> list[Outcome]:

@@ -20,6 +20,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -64,6 +65,9 @@ class WorkerConfig:
     stale_after_seconds: float = 900.0
     min_gap_seconds: float = 10.0
     keep_files: bool = False  # the traces are in the store; the scratch directory can go
+    # Link options of an emulated access path around every download (lab vantage points: a
+    # second "location" of the same lab is a different path to it). Empty on a real vantage.
+    access: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, vantage: str, **overrides: object) -> WorkerConfig:
@@ -81,6 +85,8 @@ class WorkerConfig:
         ):
             if env.get(key):
                 cfg = replace(cfg, **{name: conv(env[key])})
+        if env.get("CCSCOPE_WORKER_ACCESS"):
+            cfg = replace(cfg, access=tuple(shlex.split(env["CCSCOPE_WORKER_ACCESS"])))
         if env.get("CCSCOPE_WORKER_DIR"):
             cfg = replace(cfg, out_root=Path(env["CCSCOPE_WORKER_DIR"]))
         if env.get("CCSCOPE_LAB", "") in ("1", "true", "yes"):
@@ -251,6 +257,7 @@ def _measure_and_classify(
                 lab=cfg.lab,
                 timeout=cfg.timeout,
                 max_bytes=cfg.max_bytes,
+                **({"access": cfg.access} if cfg.access else {}),
             )
         except CCScopeError as e:
             return _after_error(store, mid, str(e))
