@@ -289,15 +289,17 @@ def format_report(rep: CensusReport) -> str:
         for r in rep.results:
             by_site.setdefault(r.domain, {})[r.vantage] = r
         has_truth = any(r.truth for r in rep.results)
-        head = f"{'site':<24}" + (f"{'truth':<10}" if has_truth else "")
-        head += "".join(f"{v:<30}" for v in rep.vantages)
+        sw = max([24, *(len(d) + 2 for d in rep.sites)])
+        tw = max([7, *(len(r.truth or "") + 2 for r in rep.results)])
+        head = f"{'site':<{sw}}" + (f"{'truth':<{tw}}" if has_truth else "")
+        head += "".join(f"{v:<34}" for v in rep.vantages)
         out += [head.rstrip(), "-" * len(head.rstrip())]
         for d in rep.sites:
             rs = by_site.get(d, {})
             t = next((r.truth for r in rs.values() if r.truth), None)
-            line = f"{d:<24}" + (f"{t or '?':<10}" if has_truth else "")
+            line = f"{d:<{sw}}" + (f"{t or '?':<{tw}}" if has_truth else "")
             for v in rep.vantages:
-                line += f"{_cell(rs.get(v)):<30}"
+                line += f"{_cell(rs.get(v)):<34}"
             out.append(line.rstrip())
     if any(r.truth for r in rep.results):
         out.append("")
@@ -316,10 +318,10 @@ def _cell(r: SiteResult | None) -> str:
     if r is None:
         return "-"
     if r.state != "classified":
-        return f"failed: {(r.reason or r.state)[:20]}"
+        return f"failed: {(r.reason or r.state)[:24]}"
     mark = {"correct": " ok", "wrong": " WRONG"}.get(r.outcome, "")
     conf = f" {r.confidence:.2f}" if r.confidence is not None and r.kind == "cca" else ""
-    return f"{r.display[:20]}{conf}{mark}"
+    return f"{r.display[:26]}{conf}{mark}"
 
 
 __all__ = [
