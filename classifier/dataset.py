@@ -11,6 +11,7 @@ Traces live outside the repository (default /var/tmp/ccscope-train); only the mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -58,7 +59,18 @@ def trained_ccas() -> tuple[str, ...]:
     return KERNEL_CCAS + tuple(c for c in zoo_ccas() if c not in KERNEL_CCAS and c not in VARIANTS)
 
 
-LABEL_OF = {"cc-cubic": "cubic"}
+# CCAs whose traces under the method's profiles match run for run are one class, named after
+# both: DCTCP on a path without ECN marks falls back to Reno (its traces differ from Reno's no
+# more than two Reno runs do), and YeAH never leaves its Scalable "fast mode" here (the queue
+# never holds the 80 packets that switch it to Reno mode and its decongestion). A verdict
+# "reno/dctcp" says exactly what the traces can tell.
+LABEL_OF = {
+    "cc-cubic": "cubic",
+    "reno": "reno/dctcp",
+    "dctcp": "reno/dctcp",
+    "scalable": "scalable/yeah",
+    "yeah": "scalable/yeah",
+}
 
 # Untrained parameter variants: lab name -> (zoo base, registered name, params).
 VARIANTS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -84,16 +96,26 @@ class Condition:
     jitter_ms: float = 0.0
     loss: float = 0.0
     split: str = "train"  # "train": runs split into train/held-out; "heldout": never trained on
+    runs: int | None = None  # None: the plan's default for the split
 
 
 # Training conditions span delay, jitter and light loss; the held-out ones sit between and
-# beyond them (a delay, a jitter and a loss rate no training trace saw).
+# beyond them (a delay, a jitter and a loss rate no training trace saw). The emulator is
+# deterministic without jitter or loss, so repeated runs under d5 and d20 are near-duplicates:
+# they contribute two training runs each and no held-out run (a copy would flatter the figure).
+# Under jitter and loss the concurrent downloads share the lab link's random draws, so every
+# run differs.
+RUNS_TRAIN = 4  # runs 0..2 train, run 3 is the held-out run
+RUNS_HELDOUT = 2
+RUNS_VARIANTS = 2
 CONDITIONS: tuple[Condition, ...] = (
-    Condition("d5", 5.0),
-    Condition("d20", 20.0),
+    Condition("d5", 5.0, runs=2),
+    Condition("d20", 20.0, runs=2),
     Condition("d40-j2", 40.0, jitter_ms=2.0),
     Condition("d10-l1e3", 10.0, loss=0.001),
     Condition("d25-j4-l5e4", 25.0, jitter_ms=4.0, loss=0.0005),
+    Condition("d12-j1", 12.0, jitter_ms=1.0),
+    Condition("d50-j2-l3e4", 50.0, jitter_ms=2.0, loss=0.0003),
     Condition("h-d15-j3-l2e3", 15.0, jitter_ms=3.0, loss=0.002, split="heldout"),
     Condition("h-d60-j1", 60.0, jitter_ms=1.0, split="heldout"),
 )
@@ -109,17 +131,17 @@ class Job:
 def plan(
     conditions: Sequence[Condition] = CONDITIONS,
     *,
-    runs_train: int = 2,
-    runs_heldout: int = 1,
+    runs_train: int = RUNS_TRAIN,
+    runs_heldout: int = RUNS_HELDOUT,
     ccas: Sequence[str] | None = None,
     variants: Sequence[str] = tuple(VARIANTS),
-    runs_variants: int = 1,
+    runs_variants: int = RUNS_VARIANTS,
 ) -> dict[str, list[Job]]:
     """Jobs per condition. Variants get a few runs everywhere (they are never trained on)."""
     ccas = trained_ccas() if ccas is None else ccas
     out: dict[str, list[Job]] = {}
     for c in conditions:
-        n = runs_train if c.split == "train" else runs_heldout
+        n = c.runs if c.runs is not None else runs_train if c.split == "train" else runs_heldout
         jobs = [Job(c.name, cca, r) for r in range(n) for cca in ccas]
         jobs += [Job(c.name, v, r) for r in range(runs_variants) for v in variants]
         out[c.name] = jobs
@@ -139,6 +161,11 @@ def _ensure_ccas(names: Iterable[str]) -> None:
                 zoo.load(b, params, as_name=reg)
 
 
+def job_seed(job: Job) -> int:
+    """A stable per-measurement seed for the profile shell's random draws (jitter, loss)."""
+    return int.from_bytes(hashlib.sha256(f"{job.condition}/{job.cca}/{job.run}".encode()).digest()[:4], "big")
+
+
 def _measure_one(root: Path, job: Job, object_bytes: int) -> dict[str, Any] | None:
     from ccscope.capture.measure import measure
 
@@ -147,7 +174,14 @@ def _measure_one(root: Path, job: Job, object_bytes: int) -> dict[str, Any] | No
     if done.exists():
         return None
     try:
-        m = measure(f"https://{job.cca}.lab.test/obj/{object_bytes}", ("A", "B"), out, lab=True, timeout=120)
+        m = measure(
+            f"https://{job.cca}.lab.test/obj/{object_bytes}",
+            ("A", "B"),
+            out,
+            lab=True,
+            timeout=120,
+            seed=job_seed(job),
+        )
     except Exception as e:  # one failed download must not stop a half-hour collection
         print(f"  {job}: {type(e).__name__}: {e}", file=sys.stderr)
         return None

@@ -79,19 +79,30 @@ def comb_match(
     best = (0.0, 0.0, 0, 0)
     if len(times) < 2:
         return best
-    ta = np.asarray(times)
-    for per in periods.tolist():
-        for anchor in times:
-            k0 = -int((anchor - t0) // per)
-            k1 = int((t1 - anchor) // per)
-            teeth = anchor + per * np.arange(k0, k1 + 1)
-            if len(teeth) < 2:
-                continue
-            hit = int(np.sum(np.min(np.abs(teeth[:, None] - ta[None, :]), axis=1) <= tol))
-            frac = hit / len(teeth)
-            if hit >= 2 and (frac, hit) > (best[0], best[2]):
-                best = (frac, round(per, 2), hit, len(teeth))
-    return best
+    ta = np.asarray(times, dtype=np.float64)
+    srt = np.sort(ta)
+    # every (period, anchor) comb at once: rows = combs in (period, anchor) order, columns =
+    # tooth index k relative to the anchor, masked to the teeth inside [t0, t1]
+    per = np.repeat(np.asarray(periods, dtype=np.float64), len(ta))
+    anc = np.tile(ta, len(periods))
+    k0 = -np.floor_divide(anc - t0, per).astype(np.int64)
+    k1 = np.floor_divide(t1 - anc, per).astype(np.int64)
+    ks = np.arange(int(k0.min()), int(k1.max()) + 1)
+    teeth = anc[:, None] + per[:, None] * ks[None, :]
+    valid = (ks[None, :] >= k0[:, None]) & (ks[None, :] <= k1[:, None])
+    # distance from each tooth to its nearest dip
+    j = np.clip(np.searchsorted(srt, teeth), 1, len(srt) - 1)
+    near = np.minimum(np.abs(teeth - srt[j - 1]), np.abs(teeth - srt[j])) <= tol
+    hit = np.sum(near & valid, axis=1)
+    n = np.sum(valid, axis=1)
+    ok = (n >= 2) & (hit >= 2)
+    if not ok.any():
+        return best
+    frac = np.where(ok, hit / np.maximum(n, 1), -1.0)
+    # the first comb with the highest (share, matched teeth), as a scan in that order would keep
+    top = frac == frac.max()
+    i = int(np.nonzero(top & (hit == hit[top].max()))[0][0])
+    return (float(frac[i]), round(float(per[i]), 2), int(hit[i]), int(n[i]))
 
 
 @dataclass
@@ -116,7 +127,10 @@ def detect_bbr1(a: TraceAnalysis) -> Finding:
     # ProbeRTT comes when the min-RTT sample is 10 s old: dips 10 s apart (+ its own ~0.3 s)
     frac, per, hit, teeth = comb_match([d.t for d in dips], t0, t1, np.arange(9.4, 11.01, 0.1), 0.6)
     i0, i1 = int(np.searchsorted(p.t, t0)), int(np.searchsorted(p.t, t1))
-    period, share = periodicity(p.smooth[i0:i1], p.rtt, 6.0, 10.5)
+    key = ("period", i0, i1)
+    if key not in p.cache:
+        p.cache[key] = periodicity(p.smooth[i0:i1], p.rtt, 6.0, 10.5)
+    period, share = p.cache[key]
     s_bw = min(1.0, share / 0.25)
     score = float(0.6 * frac + 0.4 * s_bw)
     return Finding(

@@ -105,16 +105,21 @@ def lowpass(x: np.ndarray, dt: float, cutoff_hz: float) -> np.ndarray:
     return y[m : m + len(x)]
 
 
-def pipe_estimate(t: np.ndarray, bif: np.ndarray, dupacks: np.ndarray, mss: float) -> np.ndarray:
+def pipe_estimate(
+    t: np.ndarray, bif: np.ndarray, dupacks: np.ndarray, mss: float, at: np.ndarray | None = None
+) -> np.ndarray:
     """Bytes actually in the network: BiF minus the segments the receiver holds out of order.
 
     Without SACK the sender keeps sending new data on duplicate ACKs while the cumulative ACK
     waits at the first hole, so max_seq - max_ack keeps growing through a recovery although
     the pipe does not (METHOD §1: "correct for retransmissions and dup-ACKs"). Every duplicate
     ACK is one more segment held by the receiver; an ACK that advances by A bytes while
-    segments are held releases A/MSS - 1 of them (the one is the retransmitted hole)."""
+    segments are held releases A/MSS - 1 of them (the one is the retransmitted hole).
+
+    `at`: indices into t/bif to return the estimate at (default: every packet)."""
+    idx = np.arange(len(bif)) if at is None else at
     if len(bif) < 2 or len(dupacks) == 0:
-        return bif.astype(np.float64)
+        return bif[idx].astype(np.float64)
     d = np.diff(bif, prepend=bif[0]).astype(np.float64)
     adv = np.nonzero(d < 0)[0]
     dup = np.sort(dupacks)
@@ -126,22 +131,46 @@ def pipe_estimate(t: np.ndarray, bif: np.ndarray, dupacks: np.ndarray, mss: floa
     ev_cap = np.concatenate([cap_dup, bif[adv] / mss])
     order = np.argsort(ev_t, kind="stable")
     ev_t, ev_v, ev_cap = ev_t[order], ev_v[order], ev_cap[order]
-    held = [0.0] * len(ev_v)
-    h = 0.0
-    for k, (v, cap) in enumerate(zip(ev_v.tolist(), ev_cap.tolist(), strict=True)):
-        if v > 0:
-            h += 1.0
-        elif h > 0:
-            h += v + 1.0
-            if h < 0.0:
-                h = 0.0
-        if h > cap:
-            h = cap
-        held[k] = h
-    j = np.searchsorted(ev_t, t, side="right") - 1
-    ha = np.asarray(held)
-    h_at = np.where(j >= 0, ha[np.clip(j, 0, None)], 0.0)
-    return np.maximum(bif - h_at * mss, 0.0)
+    held = _held_segments(ev_v, ev_cap)
+    j = np.searchsorted(ev_t, t[idx], side="right") - 1
+    h_at = np.where(j >= 0, held[np.clip(j, 0, None)], 0.0)
+    return np.maximum(bif[idx] - h_at * mss, 0.0)
+
+
+def _held_segments(v: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Segments held by the receiver after each event: h = min(cap, max(0, h + a)) with a = +1
+    for a duplicate ACK and A/MSS - 1 (never above 0) for an ACK advancing A bytes.
+
+    Without the cap this is Lindley's recursion, h_k = S_k - min(0, min_{j<=k} S_j) over the
+    cumulative sum S: one vectorised pass. Where the cap binds (after a timeout), the pass
+    restarts from the capped value; past a few restarts a plain loop finishes the series."""
+    a = np.where(v > 0, 1.0, np.minimum(v + 1.0, 0.0))
+    out = np.empty(len(a))
+    k, h0, restarts = 0, 0.0, 0
+    while k < len(a):
+        if restarts > 8:  # the cap binds often (timeouts): finish with a plain loop
+            h, rest = h0, []
+            for ai, ci in zip(a[k:].tolist(), cap[k:].tolist(), strict=True):
+                h += ai
+                if h < 0.0:
+                    h = 0.0
+                if h > ci:
+                    h = ci
+                rest.append(h)
+            out[k:] = rest
+            return out
+        s = h0 + np.cumsum(a[k:])
+        h = s - np.minimum(np.minimum.accumulate(s), 0.0)
+        over = np.nonzero(h > cap[k:])[0]
+        if len(over) == 0:
+            out[k:] = h
+            return out
+        m = int(over[0])
+        out[k : k + m] = h[:m]
+        h0 = out[k + m] = float(cap[k + m])
+        k += m + 1
+        restarts += 1
+    return out
 
 
 def prepare(tr: Trace) -> Prepared:
@@ -157,7 +186,7 @@ def prepare(tr: Trace) -> Prepared:
     dup = np.asarray(tr.events.get("dupack", []), dtype=np.float64)
     ii = np.clip(idx, 0, len(tr.bif) - 1)
     raw = tr.bif[ii].astype(np.float64) / bdp
-    pipe = pipe_estimate(tr.t, tr.bif, dup, mss)[ii] / bdp
+    pipe = pipe_estimate(tr.t, tr.bif, dup, mss, at=ii) / bdp
     smooth = lowpass(raw, DT, 1.0 / rtt)
     retx = np.asarray(tr.events.get("retransmit", []), dtype=np.float64)
     pk = tr.extra.get("packets")
@@ -228,15 +257,16 @@ def find_backoffs(p: Prepared, drop_frac: float = 0.25) -> list[Backoff]:
         runmax[:w] = np.inf
         cand = np.nonzero((runmax > 0.2) & (s < (1 - drop_frac) * runmax))[0]
         cand = cand[cand >= start]
+        rises = np.nonzero(np.diff(s) > 0)[0]  # s[k + 1] > s[k]
         nxt = 0
         for i in cand:
             if i < nxt:
                 continue
             lo = i - w
             k = lo + int(np.argmax(s[lo:i]))
-            j = int(i)
-            while j + 1 < len(s) and s[j + 1] <= s[j]:  # follow the fall to its trough
-                j += 1
+            # follow the fall to its trough: the first point after i where the series rises
+            r = int(np.searchsorted(rises, i))
+            j = int(rises[r]) if r < len(rises) else len(s) - 1
             if not any(a <= t[k] <= b for a, b in covered):
                 out.append(Backoff(float(t[k]), float(t[j]), float(s[k]), float(s[j]), "drop"))
             nxt = j + w
@@ -278,6 +308,13 @@ def find_plateaus(ps: np.ndarray, t: np.ndarray, rtt: float, t0: float, t1: floa
     """Levels of the flat stretches (>= 4 RTT within ±4 %) of the smoothed pipe, in time order,
     merged when neighbours sit at the same level. In a recovery the pipe holds ssthresh, so the
     sequence of plateaus is the sequence of reduced windows."""
+    return [lvl for _, lvl in plateau_starts(ps, t, rtt, t0, t1)]
+
+
+def plateau_starts(
+    ps: np.ndarray, t: np.ndarray, rtt: float, t0: float, t1: float
+) -> list[tuple[int, float]]:
+    """`find_plateaus` with the grid index where each plateau begins."""
     i0, i1 = int(np.searchsorted(t, t0)), int(np.searchsorted(t, t1))
     w = max(4, round(4 * rtt / DT))
     x = ps[i0:i1]
@@ -286,13 +323,29 @@ def find_plateaus(ps: np.ndarray, t: np.ndarray, rtt: float, t0: float, t1: floa
     win = sliding_window_view(x, w)[::2]
     m = win.mean(axis=1)
     flat = ((win.max(axis=1) - win.min(axis=1)) < 0.08 * np.maximum(m, 1e-9)) & (m > 0.3)
-    out: list[float] = []
-    prev_flat = False
-    for f, lvl in zip(flat.tolist(), m.tolist(), strict=True):
-        if f and (not prev_flat) and not (out and abs(lvl - out[-1]) < 0.04 * out[-1]):
-            out.append(lvl)
-        prev_flat = f
+    out: list[tuple[int, float]] = []
+    # only where a flat stretch begins (the previous window was not flat) can a plateau start
+    rising = np.nonzero(flat & ~np.concatenate([[False], flat[:-1]]))[0]
+    for k, lvl in zip(rising.tolist(), m[rising].tolist(), strict=True):
+        if not (out and abs(lvl - out[-1][1]) < 0.04 * out[-1][1]):
+            out.append((i0 + 2 * k, lvl))
     return out
+
+
+def first_loss_beta(p: Prepared, ps: np.ndarray, backoffs: list[Backoff]) -> float:
+    """β at the first loss (slow start's end for a loss-based sender), from the smoothed pipe:
+    the first plateau within 15 RTT of the loss is ssthresh (the pipe holds it through the
+    recovery), the pipe's peak before it the window when the loss was detected (raw BiF keeps
+    growing through a recovery without SACK). NaN without a loss or a plateau after it."""
+    first = next((b for b in backoffs if b.cause == "loss"), None)
+    if first is None:
+        return math.nan
+    pl = plateau_starts(ps, p.t, p.rtt, first.start, first.start + 15 * p.rtt)
+    if not pl:
+        return math.nan
+    i0 = int(np.searchsorted(p.t, first.start - 2 * p.rtt))
+    peak = float(ps[i0 : pl[0][0] + 1].max())
+    return min(pl[0][1] / max(peak, 1e-9), 1.5)
 
 
 @dataclass
@@ -323,6 +376,13 @@ class Segment:
         }
 
 
+_US = np.linspace(0.0, 1.0, N_SAMPLES)
+# Least squares on the fixed grid, once: the pseudo-inverse of each degree's Vandermonde matrix
+# (what np.polyfit solves for every call), so a fit is one matrix product.
+_VANDER = {d: np.vander(_US, d + 1) for d in (1, 2, 3)}
+_PINV = {d: np.linalg.pinv(v) for d, v in _VANDER.items()}
+
+
 def fit_segment(x: np.ndarray, lam: float = POLY_LAMBDA) -> tuple[int, list[float], list[float], float]:
     """Normalise to [0,1] in both axes, sample N_SAMPLES points, fit degrees 1..3 and choose by
     MSE + λ·degree·Σ|coeffs| (the thesis' penalised error; Σ|.| rather than Σ because signed
@@ -331,22 +391,29 @@ def fit_segment(x: np.ndarray, lam: float = POLY_LAMBDA) -> tuple[int, list[floa
     degree 1 for nearly every shape; λ=1e-4 recovers line, parabola and cubic (tested).
     Returns (degree, coeffs of that degree, cubic coeffs, its MSE)."""
     u = np.linspace(0.0, 1.0, len(x))
-    us = np.linspace(0.0, 1.0, N_SAMPLES)
-    y = np.interp(us, u, x)
+    y = np.interp(_US, u, x)
     lo, hi = float(y.min()), float(y.max())
     y = (y - lo) / (hi - lo) if hi - lo > 1e-12 else np.zeros_like(y)
     best: tuple[float, int, list[float], float] | None = None
     c3: list[float] = []
     for d in (1, 2, 3):
-        c = np.polyfit(us, y, d)
-        mse = float(np.mean((np.polyval(c, us) - y) ** 2))
-        err = mse + lam * d * float(np.sum(np.abs(c[:-1])))
+        c = _PINV[d] @ y
+        r = _VANDER[d] @ c - y
+        mse = float(r @ r) / N_SAMPLES
+        err = mse + lam * d * float(np.abs(c[:-1]).sum())
         if d == 3:
             c3 = [float(v) for v in c]
         if best is None or err < best[0] - 1e-12:
             best = (err, d, [float(v) for v in c], mse)
     assert best is not None
     return best[1], best[2], c3, best[3]
+
+
+def _slope(t: np.ndarray, x: np.ndarray) -> float:
+    """Least-squares slope of x over t (a degree-1 fit without np.polyfit's overhead)."""
+    tc = t - t.mean()
+    den = float(tc @ tc)
+    return float(tc @ (x - x.mean())) / den if den > 0 else 0.0
 
 
 def segment(p: Prepared, backoffs: list[Backoff], ca_start: float, ca_end: float) -> list[Segment]:
@@ -373,7 +440,7 @@ def segment(p: Prepared, backoffs: list[Backoff], ca_start: float, ca_end: float
             continue
         deg, co, c3, mse = fit_segment(x)
         half = max(2, len(x) // 2)
-        slope = float(np.polyfit(p.t[i0 : i0 + half], x[:half], 1)[0])  # BDP per second
+        slope = _slope(p.t[i0 : i0 + half], x[:half])  # BDP per second
         growth = slope * p.bdp / p.mss * rtt  # MSS per RTT: AIMD increase is counted in segments
         segs.append(Segment(a, b, c, be, deg, co, c3, mse, growth, float(x[-1] - x[0]), float(np.mean(x))))
     return segs
@@ -437,6 +504,9 @@ FEATURES = (
     "plateaus_per_100rtt",
     "pipe_collapse",  # share of time dup-ACKs outnumber the data outstanding: sends through loss
     "seg_share",  # share of congestion avoidance in clean segments (not recovering)
+    "beta_ss",  # first pipe plateau / highest smoothed pipe before it: ssthresh/W at slow start's
+    # loss (Reno, HTCP, Westwood 0.5; HighSpeed 0.6 at these windows; Illinois 0.68; CUBIC 0.7;
+    # BIC 0.8; Scalable 0.875; Hybla ~0.95)
 )
 
 
@@ -507,6 +577,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
     pca = ps[i0:i1]
     level = float(np.median(pca))
     plats = find_plateaus(ps, p.t, rtt, ss_end, ca_end)
+    beta_ss = first_loss_beta(p, ps, backoffs)
     plat_ratios = [min(b / a, 1.5) for a, b in itertools.pairwise(plats) if a > 0.1]
     collapse = float(np.mean((p.pipe[i0:i1] < 0.1) & (p.raw[i0:i1] > 0.5)))
     segs = segment(p, backoffs, ss_end, ca_end)
@@ -527,7 +598,9 @@ def analyse(tr: Trace) -> TraceAnalysis:
     retx_ca = int(np.sum((p.retransmits >= ss_end) & (p.retransmits <= ca_end)))
     pk_ca = max(1.0, p.packets * ca_len / max(float(p.t[-1]), 1e-9))
     d = np.gradient(ca, DT) * rtt if len(ca) > 1 else np.zeros(1)  # BDP per RTT
-    _, p8 = periodicity(ca_all, rtt, 6.0, 10.5)
+    # the BBRv1 detector reads the same spectrum of the same stretch: computed once
+    p.cache[("period", i0, i1)] = per8 = periodicity(ca_all, rtt, 6.0, 10.5)
+    p8 = per8[1]
     # ssthresh from the pipe: 2-4 RTT into each recovery the pipe sits at the reduced window
     beta_pipe, plateau = [], []
     for b in [x for x in backoffs if x.cause == "loss"]:
@@ -577,6 +650,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
             float(len(plats)) * 100.0 / n_rtt,
             collapse,
             min(seg_time / max(ca_len, 1e-9), 1.0),
+            beta_ss,
         ]
     )
     return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)

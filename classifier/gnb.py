@@ -26,9 +26,28 @@ import numpy as np
 
 
 class GaussianNB:
-    def __init__(self, var_floor: float = 0.05, temperature: float = 1.0, var_cap: float = 1e9) -> None:
+    def __init__(
+        self,
+        var_floor: float = 0.05,
+        temperature: float = 1.0,
+        var_cap: float = 1e9,
+        robust: bool = False,
+        floor_basis: str = "spread",
+        presence_weight: float = 0.0,
+    ) -> None:
         self.var_floor = var_floor  # relative to each feature's overall (robust) variance
         self.var_cap = var_cap  # likewise
+        # robust: component centre and spread from the median and MAD, so one trace whose
+        # feature extraction misfired does not move a class
+        self.robust = robust
+        # "spread": the floor is a share of the feature's spread over all traces; "pooled": of
+        # its typical within-class variance (a feature whose classes are tight and far apart,
+        # like the back-off factor, keeps its resolution)
+        self.floor_basis = floor_basis
+        # weight of the presence term: whether a feature is measurable at all (a back-off ratio
+        # needs a loss) is evidence too; a Vegas trace never loses, a CUBIC trace always does
+        self.presence_weight = presence_weight
+        self.present_ = np.zeros((0, 0))  # (components, features): P(feature measurable)
         self.temperature = temperature
         self.classes_: list[str] = []
         self.theta_ = np.zeros((0, 0))  # (components, features)
@@ -52,8 +71,7 @@ class GaussianNB:
             spread = np.nan_to_num((q75 - q25) / 1.349) ** 2
             spread = np.maximum(spread, np.nan_to_num(np.nanvar(X, axis=0)) * 0.01) + 1e-6
             gmean = np.nan_to_num(np.nanmean(X, axis=0))
-        floor = self.var_floor * spread
-        th, va, n, cc = [], [], [], []
+        th, va, n, cc, pr = [], [], [], [], []
         for k, c in enumerate(self.classes_):
             gs = sorted(set(ga[ya == c].tolist()))
             # with groups: one component per group plus one over the whole class, so a sample
@@ -62,16 +80,32 @@ class GaussianNB:
                 Xc = X[(ya == c) & (ga == g)] if g is not None else X[ya == c]
                 seen = np.sum(~np.isnan(Xc), axis=0) > 0
                 with np.errstate(all="ignore"):
-                    mu = np.where(seen, np.nanmean(np.where(seen, Xc, 0.0), axis=0), gmean)
-                    v = np.where(seen, np.nan_to_num(np.nanvar(np.where(seen, Xc, 0.0), axis=0)), 4 * spread)
+                    Xs = np.where(seen, Xc, 0.0)
+                    if self.robust and len(Xc) >= 3:
+                        mu = np.where(seen, np.nanmedian(Xs, axis=0), gmean)
+                        mad = np.nanmedian(np.abs(Xs - mu), axis=0)
+                        v = np.where(seen, np.nan_to_num((1.4826 * mad) ** 2), 4 * spread)
+                    else:
+                        mu = np.where(seen, np.nanmean(Xs, axis=0), gmean)
+                        v = np.where(seen, np.nan_to_num(np.nanvar(Xs, axis=0)), 4 * spread)
                 th.append(mu)
+                # Laplace-smoothed share of the component's traces that show the feature
+                pr.append((np.sum(~np.isnan(Xc), axis=0) + 1.0) / (len(Xc) + 2.0))
                 # and a ceiling: a class whose traces scatter widely (BBRv1 under loss) must not
                 # become the catch-all that every odd trace of another class falls into
-                va.append(np.minimum(v, self.var_cap * spread) + floor)
+                va.append(np.minimum(v, self.var_cap * spread))
                 n.append(len(Xc))
                 cc.append(k)
-        self.theta_, self.var_ = np.array(th), np.array(va)
+        va_raw = np.array(va)
+        if self.floor_basis == "pooled":
+            # the median over classes of each class's overall spread of the feature
+            whole = [int(np.nonzero(np.asarray(cc) == k)[0][-1]) for k in range(len(self.classes_))]
+            basis = np.median(va_raw[whole], axis=0) + 1e-6
+        else:
+            basis = spread
+        self.theta_, self.var_ = np.array(th), va_raw + self.var_floor * basis
         self.counts_, self.comp_class_ = np.array(n, dtype=np.float64), np.array(cc, dtype=np.int64)
+        self.present_ = np.array(pr)
         return self
 
     def _comp_jll(self, X: np.ndarray) -> np.ndarray:
@@ -79,7 +113,12 @@ class GaussianNB:
         d = X[:, None, :] - self.theta_[None, :, :]
         term = np.log(2.0 * np.pi * self.var_)[None] + d * d / self.var_[None]
         # a feature the sample lacks is marginalised out: it adds the same nothing to every class
-        return -0.5 * np.sum(np.where(np.isnan(d), 0.0, term), axis=2)
+        out = -0.5 * np.sum(np.where(np.isnan(d), 0.0, term), axis=2)
+        if self.presence_weight > 0 and self.present_.size:
+            has = ~np.isnan(X)[:, None, :]
+            lp = np.where(has, np.log(self.present_)[None], np.log1p(-self.present_)[None])
+            out = out + self.presence_weight * lp.sum(axis=2)
+        return out
 
     def joint_log_likelihood(self, X: np.ndarray) -> np.ndarray:
         """log p(x | class) per class (uniform prior, as the thesis); shape (n, classes)."""
@@ -113,6 +152,13 @@ class GaussianNB:
             [comp[:, self.comp_class_ == k].min(axis=1) for k in range(len(self.classes_))], axis=1
         )
 
+    def class_z(self, x: np.ndarray, k: int) -> np.ndarray:
+        """|z| of one sample per feature against class k's broadest component (the one over the
+        whole class when there are several): how far each feature lies from the class."""
+        comps = np.nonzero(self.comp_class_ == k)[0]
+        c = int(comps[np.argmax(self.var_[comps].sum(axis=1))])
+        return np.abs(np.asarray(x, dtype=np.float64) - self.theta_[c]) / np.sqrt(self.var_[c])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "classes": self.classes_,
@@ -122,6 +168,10 @@ class GaussianNB:
             "counts": self.counts_.astype(int).tolist(),
             "var_floor": self.var_floor,
             "var_cap": self.var_cap,
+            "robust": self.robust,
+            "floor_basis": self.floor_basis,
+            "presence_weight": self.presence_weight,
+            "present": [[float(f"{v:.6g}") for v in row] for row in self.present_],
             "temperature": self.temperature,
         }
 
@@ -131,7 +181,12 @@ class GaussianNB:
             var_floor=float(d["var_floor"]),
             temperature=float(d["temperature"]),
             var_cap=float(d.get("var_cap", 1e9)),
+            robust=bool(d.get("robust", False)),
+            floor_basis=str(d.get("floor_basis", "spread")),
+            presence_weight=float(d.get("presence_weight", 0.0)),
         )
+        if "present" in d:
+            m.present_ = np.asarray(d["present"], dtype=np.float64)
         m.classes_ = [str(c) for c in d["classes"]]
         m.theta_ = np.asarray(d["theta"], dtype=np.float64)
         m.var_ = np.asarray(d["var"], dtype=np.float64)

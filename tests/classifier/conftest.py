@@ -11,6 +11,7 @@ from ccscope.trace import Trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 CCAS = ("cubic", "reno", "bbr", "bbr3", "vegas", "lp")
+CLASS_OF = {"reno": "reno/dctcp"}  # the class a CCA is trained as (dataset.LABEL_OF)
 
 
 def fixture_path(cca: str, profile: str) -> Path:
