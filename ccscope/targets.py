@@ -82,8 +82,10 @@ def resolve_target(url: str, *, lab: bool = False) -> Target:
     """Parse, resolve and vet a URL; raises TargetRefused with the reason."""
     scheme, host, port, path = parse_url(url)
     addresses: tuple[str, ...] = ()
-    if lab_mode_enabled(lab):
-        # Lab names live in the lab's hosts file, not in DNS (the shell gets it with --hosts).
+    if lab_mode_enabled(lab) and not os.environ.get("CCSCOPE_SHELL_DEPTH"):
+        # Lab names live in the lab's hosts file, not in DNS. Inside a ccscope shell the hosts
+        # file it was given (--hosts, whichever lab instance) is the authority, so only clients
+        # outside shells (the crawler) read the lab's file directly.
         from ccscope.lab.lab import lab_resolve
 
         addresses = lab_resolve(host)

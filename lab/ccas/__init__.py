@@ -33,7 +33,10 @@ AVAILABLE_FILE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 # Algorithms that are complete and in the default set. BBRv3 (cc_bbr3) is built and
 # loadable but EXPERIMENTAL: it lacks the ECN response and the draft's exact loss-rate
-# test (see lab/ccas/README.md), so it is not in the default set; there is no bbr2.
+# test (see lab/ccas/README.md), so it is not in the default set. BBRv2 (cc_bbr2) has
+# the same two gaps and is built, loadable and validated (lab/validate.py) but in
+# neither list yet: EXPERIMENTAL is what the classifier trains on (classifier/dataset.py
+# zoo_ccas), and a bbr2 class needs its family/detector mapping there first.
 DEFAULT_SET = (
     "bic", "cubic", "highspeed", "htcp", "hybla", "illinois", "lp", "nv", "scalable",
     "vegas", "veno", "westwood", "yeah", "cdg", "dctcp",

@@ -44,10 +44,17 @@ built=0
 for src in "$here"/bpf/*.bpf.c; do
   base=$(basename "$src" .bpf.c)
   obj="$out/$base.bpf.o"
-  if [ -f "$obj" ] && [ "$obj" -nt "$src" ] && [ "$obj" -nt "$here/bpf/cc_common.h" ] && [ "$obj" -nt "$out/vmlinux.h" ] \
-     && [ "$obj" -nt "$out/highspeed_table.h" ]; then
-    continue
-  fi
+  # Dependencies: the source, every local header it includes (cc_common.h, bbr_core.h),
+  # vmlinux.h and the generated tables.
+  deps=("$src" "$out/vmlinux.h" "$out/highspeed_table.h")
+  for h in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$src"); do
+    [ -f "$here/bpf/$h" ] && deps+=("$here/bpf/$h")
+  done
+  fresh=1
+  for dep in "${deps[@]}"; do
+    [ -f "$obj" ] && [ "$obj" -nt "$dep" ] || { fresh=0; break; }
+  done
+  [ "$fresh" = 1 ] && continue
   clang -target bpf -O2 -g -Wall -Werror -D__TARGET_ARCH_"$arch" \
         -I "$out" -I "$inc" -I "$here/bpf" -c "$src" -o "$obj.tmp"
   mv "$obj.tmp" "$obj"

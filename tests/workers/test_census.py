@@ -162,3 +162,20 @@ def test_vantage_access_path_is_crossed(
         rtt[r.vantage] = Trace.from_dict(json.loads(store.read_trace(m.traces[0].sha256))).internet_rtt_ms
     # The lab path is 2 x 10 ms; "far" adds 2 x 40 ms in front of the profile's bottleneck.
     assert 18 <= rtt["near"] <= 30 and 95 <= rtt["far"] <= 110, rtt
+
+
+def test_lab_names_inside_a_shell_follow_the_shells_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a shell the lab's hosts file resolves lab names (the crawler); inside one the
+    shell's own --hosts file rules, whichever lab instance the environment points at."""
+    from ccscope.errors import TargetRefused
+    from ccscope.targets import resolve_target
+
+    (tmp_path / "hosts").write_text("198.18.5.12\tshop.lab.test\n")
+    monkeypatch.setenv("CCSCOPE_LAB_DIR", str(tmp_path))
+    monkeypatch.delenv("CCSCOPE_SHELL_DEPTH", raising=False)
+    assert resolve_target("https://shop.lab.test/x", lab=True).addresses == ("198.18.5.12",)
+    monkeypatch.setenv("CCSCOPE_SHELL_DEPTH", "1")
+    with pytest.raises(TargetRefused):  # not in this machine's DNS or /etc/hosts
+        resolve_target("https://shop.lab.test/x", lab=True)

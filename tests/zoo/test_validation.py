@@ -75,6 +75,23 @@ def test_cubic_fit_recovers_c_and_k():
     assert abs(c - 0.4) < 0.03 and abs(k - 4.0) < 0.1 and abs(wo - 100) < 1 and rms < 0.5
 
 
+@pytest.mark.parametrize("cca", ["bbr2", "bbr3"])
+def test_bbr_startup_and_drain_gains_from_pacing_over_delivery(cca: str):
+    """Startup paces at gain x delivery rate (x 0.99, BBR's margin) once delivery reaches the
+    link rate; Drain paces below it until the queue is gone; then ~1.0."""
+    spec = v.BBR_SPECS[cca]
+    t = np.arange(0, 2, 0.001)
+    link = 10e6 / 8
+    delivery = np.minimum(link, 1e5 * np.exp2(t / 0.04))
+    gain = np.where(t < 0.5, spec.startup_gain, np.where(t < 0.55, spec.drain_gain, 1.0))
+    ser = _series(t, np.full(len(t), 40), np.full(len(t), v.INF_SSTHRESH), np.zeros(len(t)))
+    ser.delivery, ser.pacing = delivery, gain * 0.99 * delivery
+    startup, drain = v._bbr_startup_rows(ser, cca, spec)
+    assert startup.passed and abs(startup.measured - spec.startup_gain) < 0.01, startup
+    assert drain.passed and abs(drain.measured - spec.drain_gain) < 0.01, drain
+    assert {ch.name for ch in v.select_checks([cca])} >= {cca}
+
+
 def test_highspeed_response_function():
     assert v.hs_b(38) == 0.5 and abs(v.hs_b(83000) - 0.1) < 1e-9
     assert v.hs_a(38) == 1 and v.hs_a(200) == 2 and v.hs_a(300) == 3

@@ -232,13 +232,14 @@ def test_verifier_rejection_is_reported(tmp_path: Path):
 
 
 @pytest.mark.skipif(not LINK_BIN.exists(), reason="needs ccscope-link for a bottleneck")
-def test_bbr3_paces_near_the_bottleneck_with_a_short_queue():
-    """Experimental BBRv3: paced at ~bw, little queue, ProbeRTT when its RTT sample ages.
+@pytest.mark.parametrize("base", ["bbr2", "bbr3"])
+def test_bbr_paces_near_the_bottleneck_with_a_short_queue(base: str):
+    """Experimental BBRv2/v3: paced at ~bw, little queue, ProbeRTT when its RTT sample ages.
 
     probe_rtt_interval_ms=1000 (a load-time parameter) makes ProbeRTT show up within a
     short transfer: cwnd drops to about half the BDP (~17 segments here) for 200 ms.
     """
-    name = ccas.load("bbr3", {"probe_rtt_interval_ms": 1000}, as_name="zt_bbr3_prt1")[0]
+    name = ccas.load(base, {"probe_rtt_interval_ms": 1000}, as_name=f"zt_{base}_prt1")[0]
     try:
         t = transfer(name, 6_000_000)
     finally:
