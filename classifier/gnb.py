@@ -2,7 +2,7 @@
 
 Written here rather than imported so the model artifact is a handful of numbers in JSON that
 any version of anything reads back identically, and so a verdict never depends on a library
-upgrade. Three additions the method needs:
+upgrade. Four additions the method needs:
 
 * `groups` (optional in `fit`): one Gaussian per (class, group) plus one over the whole class,
   the class likelihood being the mean of its components'. A CCA behaves differently at 5 ms and
@@ -15,10 +15,16 @@ upgrade. Three additions the method needs:
   fitted on held-out folds calibrates them.
 * `typicality`: how far a sample lies from the nearest component of a class (mean squared
   z-score over the features). Unknown CCAs are recognised by being atypical of every class.
+* `z2_cap`: a ceiling on each feature's squared z-score inside the likelihood. A Gaussian
+  penalises a feature quadratically without end, so one feature that an unseen network pushed
+  far from the true class (a growth rate, a level) outweighs several that agree; capped, a
+  feature can say "not this class" only so loudly. On leave-one-condition-out folds of the
+  training set accuracy rose from 0.878 to 0.897 with the cap at 16 (|z| = 4).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +40,7 @@ class GaussianNB:
         robust: bool = False,
         floor_basis: str = "spread",
         presence_weight: float = 0.0,
+        z2_cap: float = math.inf,
     ) -> None:
         self.var_floor = var_floor  # relative to each feature's overall (robust) variance
         self.var_cap = var_cap  # likewise
@@ -47,6 +54,11 @@ class GaussianNB:
         # weight of the presence term: whether a feature is measurable at all (a back-off ratio
         # needs a loss) is evidence too; a Vegas trace never loses, a CUBIC trace always does
         self.presence_weight = presence_weight
+        # ceiling on one feature's squared z-score in the likelihood: past it a feature says
+        # "not this class" and no louder, so one feature that the network pushed far from every
+        # class (growth per RTT, levels) cannot outvote the others, a sharp one like beta_ss
+        # among them; inf = plain Gaussian
+        self.z2_cap = z2_cap
         self.present_ = np.zeros((0, 0))  # (components, features): P(feature measurable)
         self.temperature = temperature
         self.classes_: list[str] = []
@@ -111,7 +123,10 @@ class GaussianNB:
     def _comp_jll(self, X: np.ndarray) -> np.ndarray:
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         d = X[:, None, :] - self.theta_[None, :, :]
-        term = np.log(2.0 * np.pi * self.var_)[None] + d * d / self.var_[None]
+        z2 = d * d / self.var_[None]
+        if math.isfinite(self.z2_cap):
+            z2 = np.minimum(z2, self.z2_cap)
+        term = np.log(2.0 * np.pi * self.var_)[None] + z2
         # a feature the sample lacks is marginalised out: it adds the same nothing to every class
         out = -0.5 * np.sum(np.where(np.isnan(d), 0.0, term), axis=2)
         if self.presence_weight > 0 and self.present_.size:
@@ -171,6 +186,7 @@ class GaussianNB:
             "robust": self.robust,
             "floor_basis": self.floor_basis,
             "presence_weight": self.presence_weight,
+            "z2_cap": self.z2_cap if math.isfinite(self.z2_cap) else None,
             "present": [[float(f"{v:.6g}") for v in row] for row in self.present_],
             "temperature": self.temperature,
         }
@@ -184,6 +200,7 @@ class GaussianNB:
             robust=bool(d.get("robust", False)),
             floor_basis=str(d.get("floor_basis", "spread")),
             presence_weight=float(d.get("presence_weight", 0.0)),
+            z2_cap=math.inf if d.get("z2_cap") is None else float(d["z2_cap"]),
         )
         if "present" in d:
             m.present_ = np.asarray(d["present"], dtype=np.float64)
