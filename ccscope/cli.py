@@ -173,8 +173,6 @@ def _cmd_census(args: argparse.Namespace) -> int:
     from ccscope.store.core import Store
     from ccscope.workers.census import VantageSpec, import_list_file, lab_truth, run_census
 
-    if args.lab:
-        os.environ["CCSCOPE_LAB"] = "1"
     store = Store(args.db, args.traces)
     store.migrate()
     list_name, size = import_list_file(store, args.list, args.name)

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 from pathlib import Path
 
@@ -77,7 +76,6 @@ def run_demo(
     zoo_needed = [c for c in ccas if c not in zoo.kernel_available()]
     if zoo_needed:
         zoo.ensure_loaded(zoo_needed)
-    os.environ["CCSCOPE_LAB"] = "1"  # lab targets are private addresses: allowed in lab mode only
     store = Store(db_url, trace_dir)
     store.migrate()
     print(f"ccscope demo: store {store.engine.url.render_as_string(hide_password=True)}")

@@ -630,10 +630,10 @@ class LabServer:
             f"<title>ccscope lab: {spec.cca}</title></head><body>\n"
             f"<h1>ccscope lab server ({spec.cca})</h1>\n<ul>\n"
             f'<li><a href="/large">/large</a> ({n} bytes)</li>\n'
-            '<li><a href="/obj/400000">/obj/400000</a></li>\n'
-            '<li><a href="/obj/1000000">/obj/1000000</a></li>\n'
-            '<li><a href="/obj/4000000">/obj/4000000</a></li>\n'
-            '<li><a href="/health">/health</a></li>\n</ul>\n</body></html>\n'
+            # Smaller objects beside it, none larger: a crawler picking the site's largest object
+            # then downloads /large, so large_bytes decides how long a census measurement takes.
+            + "".join(f'<li><a href="/obj/{k}">/obj/{k}</a></li>\n' for k in (100_000, 400_000) if k < n)
+            + '<li><a href="/health">/health</a></li>\n</ul>\n</body></html>\n'
         )
 
     # -- cross traffic --

@@ -105,10 +105,15 @@ def measure_phase(args: argparse.Namespace, ks: list[int], work: Path) -> dict[s
                 "measurement_ids": {r.domain: r.measurement_id for r in rep.results},
             })  # fmt: skip
             log(json.dumps({k2: v for k2, v in runs[-1].items() if k2 != "measurement_ids"}))
+        # What the crawler picked per site (the figures depend on the object size).
+        picked = {h: store.cached_object(h) for h, _ in sites}
+        sizes = sorted(c.size for c in picked.values() if c is not None and c.size)
         store.close()
     finally:
         lab.down()
     meta = {
+        "object_bytes": sizes[len(sizes) // 2] if sizes else None,
+        "object_bytes_range": [sizes[0], sizes[-1]] if sizes else None,
         "sites": sites,
         "ccas": list(ccas),
         "runs": runs,
@@ -199,7 +204,8 @@ def main() -> int:
         "common_sites": common,
         "accuracy_on_common_sites": same_sites,
         "per_k": rows,
-        "object_bytes": 420_000,
+        "object_bytes": meta.get("object_bytes"),
+        "object_bytes_range": meta.get("object_bytes_range"),
         "profiles": ["A", "B"],
         "ccas": list(ccas),
         "date": meta["date"],
