@@ -13,6 +13,7 @@ import hmac
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
@@ -20,6 +21,7 @@ from fastapi.exceptions import HTTPException as FastAPIHTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,11 +41,12 @@ from ccscope.api.schemas import (
     Transport,
     VerdictOut,
 )
-from ccscope.errors import TargetRefused
-from ccscope.store import Conflict, IllegalTransition, NotFound, Store, StoreError, normalize_domain
+from ccscope.crawler.robots import RobotsAnswer, check_url
+from ccscope.errors import CCScopeError, TargetRefused
+from ccscope.store import Conflict, IllegalTransition, NotFound, OptedOut, Store, StoreError, normalize_domain
 from ccscope.store.blobs import BlobError
-from ccscope.store.core import aware
-from ccscope.store.models import Campaign, Measurement, VerdictRow
+from ccscope.store.core import VerdictView, aware
+from ccscope.store.models import Campaign, Measurement
 from ccscope.targets import lab_mode_enabled, parse_url, resolve_target
 
 log = logging.getLogger("ccscope.api")
@@ -52,6 +55,7 @@ DOMAIN_PATTERN = (
 )
 # Ids fit the database's INTEGER; a bigger number is a 422, not an overflow deep in the driver.
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
+CENSUS_CACHE_SIZE = 1024  # census answers kept per process (see get_census)
 MAX_BODY_BYTES = 64 * 1024  # the largest legitimate body (a campaign) is well under 1 KB
 _ERRORS = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
            405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
@@ -111,13 +115,28 @@ class _TooBig(FastAPIHTTPException):
         super().__init__(413, f"request bodies are limited to {MAX_BODY_BYTES} bytes")
 
 
-def create_app(store: Store | None = None, *, token: str | None = None, lab: bool | None = None) -> FastAPI:
+class RobotsDisallowed(CCScopeError):
+    """The target's robots.txt says ccscope may not fetch it (or could not be read)."""
+
+
+ROBOTS_TIMEOUT = 10.0  # seconds for a queued URL's robots.txt check
+
+
+def create_app(
+    store: Store | None = None,
+    *,
+    token: str | None = None,
+    lab: bool | None = None,
+    robots: Callable[[str], RobotsAnswer] | None = None,
+) -> FastAPI:
     """The app over `store` (default: Store() from the environment). `token` defaults to
     CCSCOPE_API_TOKEN; without one every write is refused. `lab` (or CCSCOPE_LAB=1) allows
-    private and loopback targets."""
+    private and loopback targets. `robots(url)` decides whether a queued URL may be fetched
+    (default: its site's robots.txt, fetched through the vetting client)."""
     st = store or Store()
     api_token = token if token is not None else os.environ.get("CCSCOPE_API_TOKEN", "")
     lab_mode = lab_mode_enabled(bool(lab)) if lab is not False else False
+    robots_check = robots or (lambda url: check_url(url, lab=lab_mode, timeout=ROBOTS_TIMEOUT))
     app = FastAPI(
         title="ccscope",
         version=__version__,
@@ -127,6 +146,7 @@ def create_app(store: Store | None = None, *, token: str | None = None, lab: boo
     )
     app.add_middleware(BodyLimit)
     app.state.store = st
+    census_cache: dict[tuple[Any, ...], tuple[int, str]] = {}
     bearer = HTTPBearer(auto_error=False)
 
     def require_token(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
@@ -159,6 +179,14 @@ def create_app(store: Store | None = None, *, token: str | None = None, lab: boo
     async def conflict(_r: Request, e: Conflict) -> JSONResponse:
         return _err(409, str(e))
 
+    @app.exception_handler(OptedOut)
+    async def opted_out(_r: Request, e: OptedOut) -> JSONResponse:
+        return _err(409, str(e), "opted_out")
+
+    @app.exception_handler(RobotsDisallowed)
+    async def robots_disallowed(_r: Request, e: RobotsDisallowed) -> JSONResponse:
+        return _err(422, str(e), "robots_disallowed")
+
     @app.exception_handler(IllegalTransition)
     async def illegal(_r: Request, e: IllegalTransition) -> JSONResponse:
         return _err(409, str(e), "illegal_transition")
@@ -183,11 +211,11 @@ def create_app(store: Store | None = None, *, token: str | None = None, lab: boo
         domain: Annotated[str, Path(max_length=253, pattern=DOMAIN_PATTERN, examples=["example.com"])],
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-    ) -> DomainOut:
+    ) -> Response:
         """The latest verdict per transport and vantage point, plus the history (paginated)."""
         d = normalize_domain(domain)
         latest, history, total = st.domain_report(d, limit=limit, offset=offset)
-        return DomainOut(
+        out = DomainOut(
             domain=d,
             latest=[_verdict(v) for v in latest],
             history=[_verdict(v) for v in history],
@@ -195,6 +223,9 @@ def create_app(store: Store | None = None, *, token: str | None = None, lab: boo
             limit=limit,
             offset=offset,
         )
+        # Validated once, above, and serialised once here (FastAPI would validate the model
+        # again against response_model before serialising it: twice the work on the hot path).
+        return _json(out)
 
     @app.get("/v1/census", response_model=CensusOut)
     def get_census(
@@ -203,10 +234,17 @@ def create_app(store: Store | None = None, *, token: str | None = None, lab: boo
         vantage: Annotated[str | None, Query(max_length=64)] = None,
         transport: Transport | None = None,
         campaign_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
-    ) -> CensusOut:
+    ) -> Response:
         """Label counts and shares per date, vantage point and transport."""
+        # Answers are cached per filter under the census version read *before* computing them,
+        # so a cached answer is served only while no verdict has been recorded since.
+        key = (date_from, date_to, vantage, transport, campaign_id)
+        version = st.census_version()
+        hit = census_cache.get(key)
+        if hit is not None and hit[0] == version:
+            return Response(hit[1], media_type="application/json")
         rows = st.census(date_from, date_to, vantage, transport, campaign_id)
-        return CensusOut(
+        body = CensusOut(
             rows=[
                 CensusRowOut(
                     date=r.date,
@@ -219,7 +257,11 @@ def create_app(store: Store | None = None, *, token: str | None = None, lab: boo
                 )
                 for r in rows
             ]
-        )
+        ).model_dump_json()
+        if len(census_cache) >= CENSUS_CACHE_SIZE:
+            census_cache.clear()  # filters are few in practice; a flood of odd ones just resets
+        census_cache[key] = (version, body)
+        return Response(body, media_type="application/json")
 
     @app.get("/v1/campaigns", response_model=CampaignPage)
     def list_campaigns(
@@ -324,15 +366,26 @@ def create_app(store: Store | None = None, *, token: str | None = None, lab: boo
         idempotency_key: Annotated[str | None, Header(max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")] = None,
     ) -> MeasurementOut:
         """Queue a measurement of one site now. The target must resolve to public addresses only
-        (lab mode excepted). With an `Idempotency-Key` header a retried request returns the
-        measurement it queued the first time (200) instead of queueing another."""
-        url = body.target if "://" in body.target else f"https://{body.target}/"
+        (lab mode excepted); an opted-out site is refused (409 `opted_out`) without being
+        contacted; and the site's robots.txt must allow ccscope to fetch the URL (for a bare
+        domain, its home page, where the crawler starts), else 422 `robots_disallowed` (an
+        unreachable robots.txt, or a 5xx, counts as disallowing everything, per RFC 9309).
+        A bare domain leaves the object to the crawler, as in campaigns. With an
+        `Idempotency-Key` header a retried request returns the measurement it queued the first
+        time (200) instead of queueing another."""
+        given = "://" in body.target
+        url = body.target if given else f"https://{body.target}/"
         _scheme, host, _port, _path = parse_url(url)
         domain = normalize_domain(host)
         resolve_target(url, lab=lab_mode)
+        if st.is_opted_out(domain):
+            raise OptedOut(f"{domain} has opted out of measurement")
+        answer = robots_check(url)
+        if not answer.allowed:
+            raise RobotsDisallowed(f"robots.txt: {answer.reason}")
         slot = f"req:{idempotency_key}" if idempotency_key else f"now:{uuid.uuid4()}"
         m, created = st.enqueue_measurement(
-            domain, body.vantage, body.transport, slot, profile=body.profile, url=url
+            domain, body.vantage, body.transport, slot, profile=body.profile, url=url if given else None
         )
         if not created:
             response.status_code = 200
@@ -341,17 +394,21 @@ def create_app(store: Store | None = None, *, token: str | None = None, lab: boo
     return app
 
 
-def _verdict(v: VerdictRow) -> VerdictOut:
+def _json(model: BaseModel) -> Response:
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
+def _verdict(v: VerdictView) -> VerdictOut:
     return VerdictOut(
         measurement_id=v.measurement_id,
-        vantage=v.vantage.name,
+        vantage=v.vantage,
         transport=v.transport,
         label=v.label,
         kind=v.kind,
         confidence=v.confidence,
         classifier_version=v.classifier_version,
         measured_on=v.measured_on,
-        created_at=aware(v.created_at) or v.created_at,
+        created_at=v.created_at,
         evidence=v.evidence,
     )
 
@@ -399,5 +456,5 @@ def _measurement(st: Store, m: Measurement) -> MeasurementOut:
             )
             for t in m.traces
         ],
-        verdict=_verdict(v) if v is not None else None,
+        verdict=_verdict(VerdictView.of(v)) if v is not None else None,
     )

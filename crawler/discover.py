@@ -11,16 +11,15 @@ a CDN asset is another server with its own CCA. robots.txt is obeyed; every requ
 from __future__ import annotations
 
 import time
-import urllib.robotparser
 from dataclasses import asdict, dataclass, field
 from html.parser import HTMLParser
 from typing import Any, ClassVar
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from ccscope.crawler.http import CrawlError, Response, SafeClient
+from ccscope.crawler.robots import Robots
 from ccscope.errors import TargetRefused
 
-ROBOTS_AGENT = "ccscope"
 _PAGE_SUFFIXES = ("", ".html", ".htm", ".php", ".asp", ".aspx", ".jsp", ".shtml")
 
 
@@ -106,26 +105,6 @@ def _looks_like_page(url: str) -> bool:
     return suffix in _PAGE_SUFFIXES
 
 
-class _Robots:
-    def __init__(self, client: SafeClient, base: str, deadline: float) -> None:
-        self.parser = urllib.robotparser.RobotFileParser()
-        url = urljoin(base, "/robots.txt")
-        try:
-            r = client.request("GET", url, max_bytes=512 * 1024, deadline=deadline)
-        except (CrawlError, TargetRefused):
-            r = None
-        # RFC 9309: 4xx means no rules; 5xx or no answer means assume everything is disallowed.
-        if r is None or r.status >= 500:
-            self.parser.parse(["User-agent: *", "Disallow: /"])
-        elif r.status >= 400:
-            self.parser.parse([])
-        else:
-            self.parser.parse(r.body.decode("utf-8", errors="replace").splitlines())
-
-    def allowed(self, url: str) -> bool:
-        return self.parser.can_fetch(ROBOTS_AGENT, url)
-
-
 def _size_of(r: Response) -> int | None:
     cr = r.headers.get("content-range", "")
     if "/" in cr:
@@ -140,7 +119,7 @@ def find_largest_object(base_url: str, *, client: SafeClient, limits: Limits | N
     lim = limits or Limits()
     deadline = time.monotonic() + lim.site_budget_seconds
     out = Discovery(site=base_url)
-    robots = _Robots(client, base_url, min(deadline, time.monotonic() + lim.request_timeout))
+    robots = Robots(client, base_url, min(deadline, time.monotonic() + lim.request_timeout))
     found: dict[str, Candidate] = {}
     probed: set[str] = set()
 

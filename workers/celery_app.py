@@ -126,7 +126,7 @@ def plan_campaign_task(campaign_id: int, slot: str | None = None) -> dict[str, A
 
 
 @app.task(name="ccscope.requeue_stale")
-def requeue_stale_task(older_than_seconds: float = 900.0) -> list[int]:
+def requeue_stale_task(older_than_seconds: float = WorkerConfig.stale_after_seconds) -> list[int]:
     """Dispatch again the measurements whose worker died (normally the broker redelivers
     them; this catches messages that were lost). The task requeues each row and frees its lease."""
     store = get_store()
@@ -149,7 +149,7 @@ def beat_schedule(store: Store) -> dict[str, dict[str, Any]]:
         "ccscope-requeue-stale": {
             "task": "ccscope.requeue_stale",
             "schedule": 300.0,
-            "args": (float(os.environ.get("CCSCOPE_WORKER_STALE_AFTER", "900")),),
+            "args": (WorkerConfig.from_env("beat").stale_after_seconds,),
         }
     }
     offset = 0

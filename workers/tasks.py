@@ -6,8 +6,8 @@ delivered twice, or re-run after its worker was killed, finishes the measurement
 
 * classified / failed: nothing to do (a redelivered task is a no-op);
 * captured: the traces are stored, only classification is left (the worker died after capture);
-* running: another delivery is measuring it right now -> retry later; if it has been running
-  longer than `stale_after_seconds` its worker died -> put it back to queued and run it;
+* running: another delivery is measuring it right now -> retry later; if it has been silent
+  (no heartbeat) for longer than `stale_after_seconds` its worker died -> requeue and run it;
 * queued: take the site's lease, -> running, download, store traces, -> captured, classify.
 
 Transient problems (site lease busy or too soon after the last visit, a lab/network hiccup) raise
@@ -27,11 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sqlalchemy import delete
-
 from ccscope.errors import CCScopeError
 from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
-from ccscope.store.models import Campaign, Measurement, TraceFile, utcnow
+from ccscope.store.models import Campaign, Measurement, utcnow
 
 log = logging.getLogger("ccscope.workers")
 
@@ -60,9 +58,12 @@ class WorkerConfig:
     out_root: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "ccscope-work")
     timeout: float = 60.0
     max_bytes: int = 16 * 1024 * 1024
-    # Longer than the slowest measurement, so a live run is never mistaken for a dead one.
-    lease_seconds: float = 900.0
-    stale_after_seconds: float = 900.0
+    # A running measurement beats (Store.heartbeat) every `heartbeat_seconds`, renewing its site
+    # lease and its row; a dead worker's lease lapses `lease_seconds` after its last beat and
+    # its row counts as dead after `stale_after_seconds` of silence, however long runs take.
+    lease_seconds: float = 120.0
+    stale_after_seconds: float = 120.0
+    heartbeat_seconds: float = 20.0
     min_gap_seconds: float = 10.0
     keep_files: bool = False  # the traces are in the store; the scratch directory can go
     # Link options of an emulated access path around every download (lab vantage points: a
@@ -80,6 +81,7 @@ class WorkerConfig:
             ("timeout", "CCSCOPE_WORKER_TIMEOUT", float),
             ("lease_seconds", "CCSCOPE_WORKER_LEASE", float),
             ("stale_after_seconds", "CCSCOPE_WORKER_STALE_AFTER", float),
+            ("heartbeat_seconds", "CCSCOPE_WORKER_HEARTBEAT", float),
             ("min_gap_seconds", "CCSCOPE_WORKER_MIN_GAP", float),
             ("max_bytes", "CCSCOPE_WORKER_MAX_BYTES", int),
         ):
@@ -117,13 +119,6 @@ def _profiles_for(m: Measurement, cfg: WorkerConfig) -> tuple[str, ...]:
     if m.profile in ("", "default"):
         return cfg.profiles
     return tuple(p for p in m.profile.split("+") if p)
-
-
-def _drop_traces(store: Store, measurement_id: int) -> None:
-    """Forget traces a dead attempt stored before it could move the row to captured, so the
-    re-run leaves exactly one set. (Blobs are content-addressed and may be shared; they stay.)"""
-    with store.sessions.begin() as s:
-        s.execute(delete(TraceFile).where(TraceFile.measurement_id == measurement_id))
 
 
 def _fail(store: Store, measurement_id: int, reason: str) -> Outcome:
@@ -212,8 +207,13 @@ def run_measurement(
         except IllegalTransition:
             # Another delivery took it between our read and now: it owns the run.
             raise Transient(f"measurement {measurement_id} was taken by another delivery") from None
-        _drop_traces(store, measurement_id)
-        return _measure_and_classify(store, m, cfg, measure_fn)
+        # Traces a dead attempt stored before it could move the row to captured: one set only.
+        store.drop_traces(measurement_id)
+        # Beat often enough that neither the lease nor the staleness window can run out on a
+        # live run, whatever the knobs say.
+        every = min(cfg.heartbeat_seconds, cfg.lease_seconds / 4, cfg.stale_after_seconds / 4)
+        with store.keep_alive(measurement_id, _holder(measurement_id), cfg.lease_seconds, every):
+            return _measure_and_classify(store, m, cfg, measure_fn)
     finally:
         store.release_site(domain, _holder(measurement_id))
 
@@ -228,11 +228,10 @@ def give_up(store: Store, measurement_id: int, reason: str) -> Outcome:
 
 
 def is_stale(m: Measurement, stale_after_seconds: float) -> bool:
-    """A `running` row whose run started longer ago than any live run lasts: its worker died."""
-    started = aware(m.started_at)
-    return m.state == "running" and (
-        started is None or (utcnow() - started).total_seconds() > stale_after_seconds
-    )
+    """A `running` row silent (no heartbeat, or no start) for longer than `stale_after_seconds`:
+    its worker died."""
+    last = aware(m.heartbeat_at) or aware(m.started_at)
+    return m.state == "running" and (last is None or (utcnow() - last).total_seconds() > stale_after_seconds)
 
 
 def _measure_and_classify(

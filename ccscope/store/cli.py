@@ -57,6 +57,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument(
+        "--workers", type=int, help="uvicorn worker processes (default: CCSCOPE_API_WORKERS or one per CPU)"
+    )
     p.set_defaults(func=cmd_api)
 
 
@@ -119,5 +122,5 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 def cmd_api(args: argparse.Namespace) -> int:
     from ccscope.api.server import serve
 
-    serve(args.host, args.port, args.db, args.traces)
+    serve(args.host, args.port, args.db, args.traces, args.workers)
     return 0

@@ -8,16 +8,19 @@ database, never by a read-then-write in Python, so it holds with many concurrent
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
+import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, delete, event, func, or_, select, update
+from sqlalchemy import Engine, Integer, bindparam, create_engine, delete, event, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,6 +28,8 @@ from ccscope.errors import CCScopeError
 from ccscope.store.blobs import BlobStore, open_blobs
 from ccscope.store.models import (
     Campaign,
+    CensusCount,
+    CensusVersion,
     CrawlCache,
     ListEntry,
     Measurement,
@@ -38,6 +43,8 @@ from ccscope.store.models import (
     utcnow,
 )
 from ccscope.verdict import Verdict
+
+log = logging.getLogger("ccscope.store")
 
 STATES = ("queued", "running", "captured", "classified", "failed")
 # running -> queued is the requeue of a measurement whose worker died (its lease expired).
@@ -67,6 +74,10 @@ class Conflict(StoreError):
 
 class IllegalTransition(StoreError):
     pass
+
+
+class OptedOut(Conflict):
+    """The site (or a domain above it) asked not to be measured."""
 
 
 def default_data_dir() -> Path:
@@ -124,8 +135,103 @@ class CensusRow:
         return self.count / self.total if self.total else 0.0
 
 
+@dataclass(frozen=True)
+class VerdictView:
+    """A stored verdict as the queries return it: plain values, no ORM object or session."""
+
+    id: int
+    measurement_id: int
+    vantage: str
+    transport: str
+    label: str
+    kind: str
+    confidence: float
+    classifier_version: str
+    measured_on: dt.date
+    created_at: dt.datetime
+    evidence: dict[str, Any]
+
+    @classmethod
+    def of(cls, v: VerdictRow) -> VerdictView:
+        return cls(
+            v.id,
+            v.measurement_id,
+            v.vantage.name,
+            v.transport,
+            v.label,
+            v.kind,
+            v.confidence,
+            v.classifier_version,
+            v.measured_on,
+            aware(v.created_at) or v.created_at,
+            v.evidence,
+        )
+
+
+_VIEW_COLUMNS = (
+    VerdictRow.id,
+    VerdictRow.measurement_id,
+    VantagePoint.name,
+    VerdictRow.transport,
+    VerdictRow.label,
+    VerdictRow.kind,
+    VerdictRow.confidence,
+    VerdictRow.classifier_version,
+    VerdictRow.measured_on,
+    VerdictRow.created_at,
+    VerdictRow.evidence,
+)
+
+
+_Q_HISTORY = (
+    select(*_VIEW_COLUMNS, func.count().over())
+    .join(Site, Site.id == VerdictRow.site_id)
+    .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+    .where(Site.domain == bindparam("domain"))
+    .order_by(VerdictRow.id.desc())
+    .limit(bindparam("limit", type_=Integer))
+    .offset(bindparam("offset", type_=Integer))
+)
+_Q_COUNT = (
+    select(func.count())
+    .select_from(VerdictRow)
+    .join(Site, Site.id == VerdictRow.site_id)
+    .where(Site.domain == bindparam("domain"))
+)
+_Q_SITE = select(Site.id).where(Site.domain == bindparam("domain"))
+_Q_LATEST = (
+    select(*_VIEW_COLUMNS)
+    .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+    .where(
+        VerdictRow.id.in_(
+            select(func.max(VerdictRow.id))
+            .join(Site, Site.id == VerdictRow.site_id)
+            .where(Site.domain == bindparam("domain"))
+            .group_by(VerdictRow.transport, VerdictRow.vantage_id)
+            .scalar_subquery()
+        )
+    )
+)
+
+
+def _view(r: Sequence[Any]) -> VerdictView:
+    created = aware(r[9])
+    assert created is not None
+    return VerdictView(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], created, r[10])
+
+
 class Store:
-    def __init__(self, url: str | None = None, trace_dir: str | None = None, *, echo: bool = False) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        trace_dir: str | None = None,
+        *,
+        echo: bool = False,
+        pre_ping: bool = True,
+    ) -> None:
+        """`pre_ping` tests each pooled connection before use (one round trip) so a database
+        restart costs nothing but the test; a latency-bound reader (the API) may turn it off:
+        a connection the server dropped then fails one request and the pool is refreshed."""
         data = default_data_dir()
         if url is None:
             url = os.environ.get("CCSCOPE_DB_URL") or f"sqlite:///{data / 'ccscope.db'}"
@@ -138,12 +244,20 @@ class Store:
             path = url.split("///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self.engine: Engine = create_engine(url, echo=echo, connect_args={"timeout": 30})
+            self.engine: Engine = create_engine(
+                url, echo=echo, connect_args={"timeout": 30}, **_pool_args(url)
+            )
             event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
-            self.engine = create_engine(url, echo=echo, pool_pre_ping=True)
+            self.engine = create_engine(
+                url, echo=echo, pool_pre_ping=pre_ping, pool_recycle=1800, **_pool_args(url)
+            )
+        self.blobs_location = trace_dir
         self.blobs: BlobStore = open_blobs(trace_dir)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Read-only queries run outside a transaction: no BEGIN, no ROLLBACK when the connection
+        # goes back to the pool (two round trips fewer on the API's hot paths).
+        self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
     def dialect(self) -> str:
@@ -336,7 +450,7 @@ class Store:
             raise StoreError(f"transport must be one of {TRANSPORTS}")
         d = normalize_domain(domain)
         if self.is_opted_out(d):
-            raise Conflict(f"{d} has opted out of measurement")
+            raise OptedOut(f"{d} has opted out of measurement")
         key = idempotency_key(campaign_id, d, vantage, transport, profile, slot)
         with self.sessions.begin() as s:
             existing = s.scalar(select(Measurement).where(Measurement.idempotency_key == key))
@@ -398,6 +512,7 @@ class Store:
             values: dict[str, Any] = {"state": new, "updated_at": now}
             if new == "running":
                 values["started_at"] = now
+                values["heartbeat_at"] = now
                 values["attempts"] = Measurement.attempts + 1
             if new in ("classified", "failed"):
                 values["finished_at"] = now
@@ -414,15 +529,17 @@ class Store:
             return self._measurement(s, measurement_id, fresh=True)
 
     def requeue_stale(self, older_than_seconds: float) -> list[int]:
-        """Put `running` measurements whose worker has been silent too long (killed mid-run) back
-        to `queued`, so they are re-run; returns their ids. Conditional on the state, like
-        `transition`, so a worker that finishes at the same moment wins or loses cleanly."""
+        """Put `running` measurements whose worker has been silent too long (killed mid-run: no
+        heartbeat, or no start, for `older_than_seconds`) back to `queued`, so they are re-run;
+        returns their ids. Conditional on the state, like `transition`, so a worker that finishes
+        at the same moment wins or loses cleanly."""
         cutoff = utcnow() - dt.timedelta(seconds=older_than_seconds)
         with self.sessions.begin() as s:
             ids = list(
                 s.scalars(
                     select(Measurement.id).where(
-                        Measurement.state == "running", Measurement.started_at < cutoff
+                        Measurement.state == "running",
+                        func.coalesce(Measurement.heartbeat_at, Measurement.started_at) < cutoff,
                     )
                 )
             )
@@ -472,6 +589,25 @@ class Store:
     def read_trace(self, sha256: str) -> bytes:
         return self.blobs.get(sha256)
 
+    def drop_traces(self, measurement_id: int) -> int:
+        """Forget the traces recorded for a measurement that is running again: a dead attempt
+        may have stored some before it could move the row to captured, and the re-run must leave
+        exactly one set. Only a `running` row's traces go (a captured or classified row's
+        traces are its result); returns how many were dropped. Blobs are content-addressed and
+        may be shared with other measurements, so the files stay."""
+        with self.sessions.begin() as s:
+            m = self._measurement(s, measurement_id)
+            if m.state != "running":
+                raise IllegalTransition(
+                    f"measurement {measurement_id} is {m.state}: only a running row's traces are dropped"
+                )
+            res = s.execute(
+                delete(TraceFile)
+                .where(TraceFile.measurement_id == measurement_id)
+                .execution_options(synchronize_session=False)
+            )
+            return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
     def record_verdict(self, measurement_id: int, verdict: Verdict) -> VerdictRow:
         """Store the verdict and move captured -> classified, both or neither."""
         with self.sessions.begin() as s:
@@ -507,47 +643,110 @@ class Store:
             )
             s.add(row)
             s.flush()
+            self._count_verdict(s, row, m.campaign_id)
             return row
+
+    def _count_verdict(self, s: Session, row: VerdictRow, campaign_id: int | None) -> None:
+        """census_counts += 1 for the verdict's cell, in the verdict's transaction."""
+        key = {
+            "measured_on": row.measured_on,
+            "vantage_id": row.vantage_id,
+            "transport": row.transport,
+            "campaign_id": campaign_id or 0,
+            "label": row.label,
+        }
+        if self.dialect in ("postgresql", "sqlite"):
+            if self.dialect == "postgresql":
+                from sqlalchemy.dialects.postgresql import insert
+            else:
+                from sqlalchemy.dialects.sqlite import insert
+            stmt = insert(CensusCount).values(**key, n=1)
+            s.execute(stmt.on_conflict_do_update(index_elements=list(key), set_={"n": CensusCount.n + 1}))
+        else:
+            cond = [getattr(CensusCount, k) == v for k, v in key.items()]
+            res = s.execute(update(CensusCount).where(*cond).values(n=CensusCount.n + 1))
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                s.add(CensusCount(**key, n=1))
+        self._bump_census_version(s)
+
+    @staticmethod
+    def _bump_census_version(s: Session) -> None:
+        # Last in its transaction: the row lock it takes is held only until the commit.
+        s.execute(
+            update(CensusVersion)
+            .where(CensusVersion.id == 1)
+            .values(version=CensusVersion.version + 1)
+            .execution_options(synchronize_session=False)
+        )
+
+    def census_version(self) -> int:
+        """Changes whenever the census does (every recorded verdict, every rebuild). Read it
+        *before* computing a census answer to cache under it: the answer is then at least as new
+        as the version it is filed under."""
+        with self._reader.connect() as c:
+            return int(c.scalar(select(CensusVersion.version).where(CensusVersion.id == 1)) or 0)
+
+    def rebuild_census(self) -> int:
+        """Recompute census_counts from the verdicts (after rows were bulk-loaded around the
+        store); returns the number of cells. Safe to run any time: one transaction."""
+        campaign = func.coalesce(Measurement.campaign_id, 0)
+        cells = (
+            select(
+                VerdictRow.measured_on,
+                VerdictRow.vantage_id,
+                VerdictRow.transport,
+                campaign,
+                VerdictRow.label,
+                func.count(),
+            )
+            .join(Measurement, Measurement.id == VerdictRow.measurement_id)
+            .group_by(
+                VerdictRow.measured_on,
+                VerdictRow.vantage_id,
+                VerdictRow.transport,
+                campaign,
+                VerdictRow.label,
+            )
+        )
+        with self.sessions.begin() as s:
+            s.execute(delete(CensusCount))
+            s.execute(
+                CensusCount.__table__.insert().from_select(
+                    ["measured_on", "vantage_id", "transport", "campaign_id", "label", "n"], cells
+                )
+            )
+            self._bump_census_version(s)
+            return int(s.scalar(select(func.count()).select_from(CensusCount)) or 0)
 
     # ---- queries ----------------------------------------------------------------------------
 
     def domain_report(
         self, domain: str, limit: int = 50, offset: int = 0
-    ) -> tuple[list[VerdictRow], list[VerdictRow], int]:
-        """(latest verdict per (transport, vantage), one page of history newest first, total)."""
+    ) -> tuple[list[VerdictView], list[VerdictView], int]:
+        """(latest verdict per (transport, vantage), one page of history newest first, total).
+
+        One query in the common case (the whole history fits the page: `latest` is read off it);
+        the total rides along as a window count. The statements are built once (module level),
+        so a call only binds parameters."""
         d = normalize_domain(domain)
-        with self.sessions() as s:
-            site = s.scalar(select(Site).where(Site.domain == d))
-            if site is None:
-                raise NotFound(f"no measurements of {d}")
-            newest = (
-                select(
-                    VerdictRow.transport,
-                    VerdictRow.vantage_id,
-                    func.max(VerdictRow.id).label("id"),
-                )
-                .where(VerdictRow.site_id == site.id)
-                .group_by(VerdictRow.transport, VerdictRow.vantage_id)
-                .subquery()
-            )
-            latest = list(
-                s.scalars(
-                    select(VerdictRow)
-                    .join(newest, VerdictRow.id == newest.c.id)
-                    .order_by(VerdictRow.transport)
-                )
-            )
-            total = s.scalar(select(func.count()).where(VerdictRow.site_id == site.id)) or 0
-            history = list(
-                s.scalars(
-                    select(VerdictRow)
-                    .where(VerdictRow.site_id == site.id)
-                    .order_by(VerdictRow.id.desc())
-                    .limit(limit)
-                    .offset(offset)
-                )
-            )
-            return latest, history, total
+        with self._reader.connect() as c:
+            page = c.execute(_Q_HISTORY, {"domain": d, "limit": limit, "offset": offset}).all()
+            if page:
+                total = int(page[0][-1])
+            else:  # no verdicts, an offset past the end, or no such site
+                total = int(c.scalar(_Q_COUNT, {"domain": d}) or 0)
+                if total == 0 and c.scalar(_Q_SITE, {"domain": d}) is None:
+                    raise NotFound(f"no measurements of {d}")
+            history = [_view(r) for r in page]
+            if offset == 0 and len(history) == total:
+                latest: dict[tuple[str, str], VerdictView] = {}
+                for v in history:  # newest first: the first of each pair is its latest
+                    latest.setdefault((v.transport, v.vantage), v)
+                newest = list(latest.values())
+            else:
+                newest = [_view(r) for r in c.execute(_Q_LATEST, {"domain": d})]
+        newest.sort(key=lambda v: (v.transport, v.vantage))
+        return newest, history, total
 
     def census(
         self,
@@ -557,33 +756,32 @@ class Store:
         transport: str | None = None,
         campaign_id: int | None = None,
     ) -> list[CensusRow]:
-        """Label counts and shares per (date, vantage point, transport)."""
-        with self.sessions() as s:
-            q = select(
-                VerdictRow.measured_on,
-                VantagePoint.name,
-                VerdictRow.transport,
-                VerdictRow.label,
-                func.count(),
-            ).join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
-            if date_from:
-                q = q.where(VerdictRow.measured_on >= date_from)
-            if date_to:
-                q = q.where(VerdictRow.measured_on <= date_to)
-            if vantage:
-                q = q.where(VantagePoint.name == vantage)
-            if transport:
-                q = q.where(VerdictRow.transport == transport)
-            if campaign_id is not None:
-                q = q.join(Measurement, Measurement.id == VerdictRow.measurement_id).where(
-                    Measurement.campaign_id == campaign_id
-                )
-            q = q.group_by(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, VerdictRow.label)
-            raw = [tuple(r) for r in s.execute(q)]
+        """Label counts and shares per (date, vantage point, transport), from census_counts
+        (kept equal to the GROUP BY of the verdicts by `record_verdict`)."""
+        q = select(
+            CensusCount.measured_on,
+            VantagePoint.name,
+            CensusCount.transport,
+            CensusCount.label,
+            func.sum(CensusCount.n),
+        ).join(VantagePoint, VantagePoint.id == CensusCount.vantage_id)
+        if date_from:
+            q = q.where(CensusCount.measured_on >= date_from)
+        if date_to:
+            q = q.where(CensusCount.measured_on <= date_to)
+        if vantage:
+            q = q.where(VantagePoint.name == vantage)
+        if transport:
+            q = q.where(CensusCount.transport == transport)
+        if campaign_id is not None:
+            q = q.where(CensusCount.campaign_id == campaign_id)
+        q = q.group_by(CensusCount.measured_on, VantagePoint.name, CensusCount.transport, CensusCount.label)
+        with self._reader.connect() as c:
+            raw = [(day, v, t, label, int(n)) for day, v, t, label, n in c.execute(q)]
         totals: dict[tuple[dt.date, str, str], int] = {}
         for day, v, t, _label, n in raw:
             totals[(day, v, t)] = totals.get((day, v, t), 0) + n
-        rows = [CensusRow(day, v, t, label, n, totals[(day, v, t)]) for day, v, t, label, n in raw]
+        rows = [CensusRow(day, v, t, label, n, totals[(day, v, t)]) for day, v, t, label, n in raw if n]
         rows.sort(key=lambda r: (r.date, r.vantage, r.transport, -r.count, r.label))
         return rows
 
@@ -647,6 +845,61 @@ class Store:
             )
             return res.rowcount == 1  # type: ignore[attr-defined]
 
+    def heartbeat(self, measurement_id: int, holder: str, lease_seconds: float) -> bool:
+        """A running measurement's sign of life: push its site lease (held by `holder`) out to
+        now + `lease_seconds` and stamp the row's `heartbeat_at`. A worker beats every few
+        seconds while it measures, so leases can be short: a dead worker's lease lapses, and its
+        row turns stale, `lease_seconds` after its last beat however long measurements take.
+        False when the lease is no longer `holder`'s (it lapsed and another took it) or the row
+        is no longer running or captured (requeued as dead): the caller's run lost its claim."""
+        now = utcnow()
+        with self.sessions.begin() as s:
+            site_id = s.scalar(select(Measurement.site_id).where(Measurement.id == measurement_id))
+            if site_id is None:
+                raise NotFound(f"no measurement {measurement_id}")
+            lease = s.execute(
+                update(SiteState)
+                .where(SiteState.site_id == site_id, SiteState.lease_holder == holder)
+                .values(lease_expires_at=now + dt.timedelta(seconds=lease_seconds))
+                .execution_options(synchronize_session=False)
+            )
+            if lease.rowcount != 1:  # type: ignore[attr-defined]
+                return False  # not ours any more: leave the row to go stale and be requeued
+            alive = s.execute(
+                update(Measurement)
+                # captured: the run is classifying; it is alive, though no longer "running".
+                .where(Measurement.id == measurement_id, Measurement.state.in_(("running", "captured")))
+                .values(heartbeat_at=now)
+                .execution_options(synchronize_session=False)
+            )
+            return alive.rowcount == 1  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def keep_alive(
+        self, measurement_id: int, holder: str, lease_seconds: float, every: float
+    ) -> Iterator[threading.Event]:
+        """Beat (`heartbeat`) every `every` seconds from a background thread while the block
+        runs. Yields an Event that is set if a beat finds the claim lost. A beat that fails
+        (database briefly away) is logged and retried at the next interval."""
+        stop, lost = threading.Event(), threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(every):
+                try:
+                    if not self.heartbeat(measurement_id, holder, lease_seconds):
+                        log.warning("measurement %s: lost its lease or was requeued", measurement_id)
+                        lost.set()
+                except Exception as e:  # the next beat tries again
+                    log.warning("measurement %s: heartbeat failed: %s", measurement_id, e)
+
+        t = threading.Thread(target=beat, name=f"heartbeat-{measurement_id}", daemon=True)
+        t.start()
+        try:
+            yield lost
+        finally:
+            stop.set()
+            t.join()
+
     # ---- crawler cache ----------------------------------------------------------------------
 
     def cached_object(self, domain: str) -> CrawlCache | None:
@@ -699,6 +952,16 @@ def _campaign_fields(**kw: Any) -> dict[str, Any]:
     if kw.get("schedule") is not None:
         out["schedule"] = validate_cron(kw["schedule"])
     return out
+
+
+def _pool_args(url: str) -> dict[str, int]:
+    """Connection pool size: a worker runs K measurements, each with a heartbeat thread beside
+    it, so SQLAlchemy's default 5 + 10 ran dry at K = 32 ("QueuePool limit ... reached").
+    $CCSCOPE_DB_POOL sets the pool (overflow: twice that); in-memory SQLite keeps its own pool."""
+    if url.startswith("sqlite") and (url.endswith(":memory:") or url.rstrip("/") == "sqlite:"):
+        return {}
+    size = max(1, int(os.environ.get("CCSCOPE_DB_POOL", "20")))
+    return {"pool_size": size, "max_overflow": 2 * size}
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -132,6 +132,8 @@ class Measurement(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
+    # The running worker's last sign of life (Store.heartbeat); a silent row is a dead worker's.
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(nullable=True)
 
     site: Mapped[Site] = relationship(lazy="joined")
     vantage: Mapped[VantagePoint] = relationship(lazy="joined")
@@ -175,6 +177,34 @@ class VerdictRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     vantage: Mapped[VantagePoint] = relationship(lazy="joined")
+
+
+class CensusCount(Base):
+    """The census, kept aggregated: verdicts per (day, vantage, transport, campaign, label).
+
+    `record_verdict` adds one in the same transaction as the verdict, so it is always exactly the
+    GROUP BY of `verdicts` (`Store.rebuild_census` recomputes it after a bulk load); the census
+    query then reads a few hundred rows instead of every verdict. `campaign_id` 0 stands for
+    measurements queued outside a campaign (a primary key column cannot be NULL)."""
+
+    __tablename__ = "census_counts"
+
+    measured_on: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    vantage_id: Mapped[int] = mapped_column(ForeignKey("vantage_points.id"), primary_key=True)
+    transport: Mapped[str] = mapped_column(String(16), primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    label: Mapped[str] = mapped_column(String(64), primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
+
+
+class CensusVersion(Base):
+    """One row: bumped by every change to census_counts, in the same transaction, so a reader can
+    tell in one cheap query whether a census answer it computed earlier is still current."""
+
+    __tablename__ = "census_version"
+
+    id: Mapped[int] = mapped_column(primary_key=True)  # always 1
+    version: Mapped[int] = mapped_column(BigInteger)
 
 
 class SiteState(Base):

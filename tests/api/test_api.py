@@ -8,13 +8,17 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from ccscope.api.app import create_app
+from ccscope.crawler.http import USER_AGENT
+from ccscope.crawler.robots import RobotsAnswer
 from ccscope.store import Store
 from ccscope.verdict import Verdict
+from tests.crawler.sites import Route, serve
 
 TOKEN = "t0ken-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -44,9 +48,16 @@ def seeded(store: Store) -> Store:
     return store
 
 
+def allow_all(url: str) -> RobotsAnswer:
+    # The faked public sites have no server to ask for robots.txt; the robots.txt rules are
+    # tested against real servers (test_queued_urls_obey_robots_txt).
+    return RobotsAnswer(True, url)
+
+
 @pytest.fixture
 def client(seeded: Store) -> Iterator[TestClient]:
-    with TestClient(create_app(seeded, token=TOKEN, lab=False), raise_server_exceptions=False) as c:
+    app = create_app(seeded, token=TOKEN, lab=False, robots=allow_all)
+    with TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
 
@@ -185,6 +196,9 @@ def test_measurement_queued_once_per_idempotency_key(client: TestClient, fake_dn
     r3 = client.post("/v1/measurements", json=body, headers=AUTH)  # no key: a new measurement
     assert r3.status_code == 202 and r3.json()["id"] != m["id"]
     assert client.get(f"/v1/measurements/{m['id']}").json()["url"] == body["target"]
+    # A bare domain leaves the choice of object to the crawler, as in a campaign.
+    r = client.post("/v1/measurements", json={"target": "public-site.com", "vantage": "paris"}, headers=AUTH)
+    assert r.status_code == 202 and r.json()["url"] is None
     r = client.post("/v1/measurements", json={"target": "public-site.com", "vantage": "mars"}, headers=AUTH)
     assert r.status_code == 404
 
@@ -194,15 +208,54 @@ def test_opted_out_site_refused(client: TestClient, fake_dns: None, seeded: Stor
     r = client.post(
         "/v1/measurements", json={"target": "www.public-site.com", "vantage": "paris"}, headers=AUTH
     )
-    assert r.status_code == 409 and "opted out" in r.json()["detail"]
+    assert r.status_code == 409 and r.json()["error"] == "opted_out" and "opted out" in r.json()["detail"]
 
 
 def test_lab_mode_allows_private_targets(seeded: Store) -> None:
-    with TestClient(create_app(seeded, token=TOKEN, lab=True)) as c:
-        r = c.post(
-            "/v1/measurements", json={"target": "http://127.0.0.1:9/", "vantage": "paris"}, headers=AUTH
-        )
+    with (
+        serve({"/robots.txt": Route(status=404)}) as site,
+        TestClient(create_app(seeded, token=TOKEN, lab=True)) as c,
+    ):
+        r = c.post("/v1/measurements", json={"target": site.base + "obj", "vantage": "paris"}, headers=AUTH)
         assert r.status_code == 202, r.text
+
+
+def test_queued_urls_obey_robots_txt(seeded: Store) -> None:
+    """POST /v1/measurements asks the site's robots.txt (real HTTP servers, lab mode): a
+    disallowed URL, a robots.txt answering 5xx and an unreachable one are refused with 422
+    `robots_disallowed` and nothing is queued; an opted-out site is refused without being asked."""
+    rules = b"User-agent: *\nDisallow: /private/\n\nUser-agent: ccscope\nDisallow: /no-ccscope/\n"
+    robots = {"/robots.txt": Route(body=rules, content_type="text/plain")}
+    with serve(robots) as site, TestClient(create_app(seeded, token=TOKEN, lab=True)) as c:
+
+        def post(target: str) -> Any:
+            return c.post("/v1/measurements", json={"target": target, "vantage": "paris"}, headers=AUTH)
+
+        ok = post(site.base + "private-not/big.bin")
+        assert ok.status_code == 202 and ok.json()["url"] == site.base + "private-not/big.bin"
+        for path in ("no-ccscope/big.bin", "no-ccscope/"):
+            r = post(site.base + path)
+            assert r.status_code == 422 and r.json()["error"] == "robots_disallowed", r.text
+            assert "robots.txt" in r.json()["detail"] and "/no-ccscope/" in r.json()["detail"]
+        # The ccscope group is the one that applies to us (RFC 9309): /private/ is not in it.
+        assert post(site.base + "private/x").status_code == 202
+        assert {ua for _, p, ua in site.log if p == "/robots.txt"} == {USER_AGENT}
+    with (
+        serve({"/robots.txt": Route(status=503)}) as site,
+        TestClient(create_app(seeded, token=TOKEN, lab=True)) as c,
+    ):
+        r = c.post("/v1/measurements", json={"target": site.base + "a.bin", "vantage": "paris"}, headers=AUTH)
+        assert r.status_code == 422 and "503" in r.json()["detail"]
+    dead = f"http://127.0.0.1:{site.port}/a.bin"  # the server is gone: robots.txt unreachable
+    with TestClient(create_app(seeded, token=TOKEN, lab=True)) as c:
+        r = c.post("/v1/measurements", json={"target": dead, "vantage": "paris"}, headers=AUTH)
+        assert r.status_code == 422 and "could not be fetched" in r.json()["detail"]
+    assert len(seeded.list_measurements()) == 2
+    seeded.opt_out("127.0.0.1", "asked")
+    with serve(robots) as site, TestClient(create_app(seeded, token=TOKEN, lab=True)) as c:
+        r = c.post("/v1/measurements", json={"target": site.base + "x", "vantage": "paris"}, headers=AUTH)
+        assert r.status_code == 409 and r.json()["error"] == "opted_out"
+        assert site.log == []  # not even robots.txt was asked
 
 
 def test_measurement_with_trace_and_verdict(client: TestClient, seeded: Store) -> None:
@@ -258,3 +311,18 @@ def test_api_does_not_import_capture() -> None:
     code = "import sys, ccscope.api.app; print([m for m in sys.modules if m.startswith('ccscope.capture')])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_census_answers_follow_new_verdicts(client: TestClient, seeded: Store) -> None:
+    # Census answers are cached per filter; a recorded verdict must show at once all the same.
+    _classified(seeded, "public-site.com", "paris", "c1", "cubic")
+    first = client.get("/v1/census", params={"vantage": "paris"}).json()["rows"]
+    assert [(r["label"], r["count"], r["total"]) for r in first] == [("cubic", 1, 1)]
+    assert client.get("/v1/census", params={"vantage": "paris"}).json()["rows"] == first
+    _classified(seeded, "b.example", "paris", "c2", "bbr")
+    rows = client.get("/v1/census", params={"vantage": "paris"}).json()["rows"]
+    assert {(r["label"], r["count"], r["total"], r["share"]) for r in rows} == {
+        ("cubic", 1, 2, 0.5),
+        ("bbr", 1, 2, 0.5),
+    }
+    assert client.get("/v1/census", params={"vantage": "tokyo"}).json()["rows"] == []

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from ccscope.api.app import create_app
+from ccscope.crawler.robots import RobotsAnswer
 from ccscope.store import Store
 from ccscope.verdict import Verdict
 
@@ -36,7 +37,8 @@ def _make_app(tmp: Path) -> tuple[Store, object]:
     store.add_trace(m.id, b"{}")
     store.transition(m.id, "captured")
     store.record_verdict(m.id, Verdict("cubic", "cca", 0.9, "e", "t-1"))
-    return store, create_app(store, token=TOKEN, lab=False)
+    # The faked public addresses have no server to ask for robots.txt: allow everything.
+    return store, create_app(store, token=TOKEN, lab=False, robots=lambda url: RobotsAnswer(True, url))
 
 
 def test_api_conforms(tmp_path: Path) -> None:

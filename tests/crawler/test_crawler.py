@@ -13,6 +13,7 @@ import pytest
 
 from ccscope.capture.fetch import USER_AGENT
 from ccscope.crawler.discover import Limits, extract_links, find_largest_object
+from ccscope.crawler.http import USER_AGENT as CRAWLER_USER_AGENT
 from ccscope.crawler.http import CrawlError, SafeClient
 from ccscope.crawler.lists import ListFormatError, date_from_name, parse_list
 from ccscope.crawler.site import object_for_site
@@ -66,6 +67,7 @@ def test_finds_largest_object_two_levels_deep(site: Site) -> None:
     paths = [p for _, p, _ in site.log]
     assert "/private/huge.bin" not in paths
     assert ("GET", "/page2.html") not in [(m, p) for m, p, _ in site.log]  # level 2 is probed, not parsed
+    assert CRAWLER_USER_AGENT == USER_AGENT  # one identity for the crawler and the downloads
     assert all(ua == USER_AGENT for _, _, ua in site.log)
     assert "contact" in USER_AGENT or "+http" in USER_AGENT
 
@@ -233,18 +235,19 @@ def _tls_for(name: str, tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
 def test_https_pinned_address_checks_the_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The connection goes to the vetted address, yet TLS (SNI and certificate) uses the name.
-    server_ctx, client_ctx = _tls_for("lab.test", tmp_path)
+    # (Not a *.lab.test name: in lab mode those resolve through a running lab's hosts file.)
+    server_ctx, client_ctx = _tls_for("pinned.example", tmp_path)
     real = socket.getaddrinfo
 
     def fake(host: str, *a: object, **kw: object) -> object:
-        if host in ("lab.test", "wrong.test"):
+        if host in ("pinned.example", "wrong.example"):
             return real("127.0.0.1", *a, **kw)  # type: ignore[arg-type]
         return real(host, *a, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(socket, "getaddrinfo", fake)
     routes = {"/": Route(body=b"hi", content_type="text/plain")}
     with serve(routes, tls=server_ctx) as s, SafeClient(lab=True, verify=client_ctx) as c:
-        r = c.request("GET", f"https://lab.test:{s.port}/")
+        r = c.request("GET", f"https://pinned.example:{s.port}/")
         assert r.status == 200 and r.body == b"hi"
         with pytest.raises(CrawlError):
-            c.request("GET", f"https://wrong.test:{s.port}/")  # certificate is for lab.test
+            c.request("GET", f"https://wrong.example:{s.port}/")  # certificate is for pinned.example

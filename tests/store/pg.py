@@ -1,111 +1,20 @@
-"""A throwaway PostgreSQL cluster for tests: initdb in a temp dir, started on a free port.
+"""PostgreSQL fixtures: a throwaway cluster per test session (ccscope.store.pgcluster) and a
+migrated, empty store per test on each backend.
 
-Runs as the `postgres` user (initdb refuses root). fsync is off: the data is thrown away.
+Imported by the conftest of each test folder that needs a store.
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ccscope.store import Store
+from ccscope.store.pgcluster import PgCluster, pg_bindir, running_cluster
 
-
-def pg_bindir() -> Path | None:
-    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
-        if os.path.exists(os.path.join(d, "initdb")):
-            return Path(d)
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PgCluster:
-    def __init__(self, bindir: Path) -> None:
-        self.bindir = bindir
-        self.dir = Path(tempfile.mkdtemp(prefix="ccscope-pg-"))
-        self.data = self.dir / "data"
-        self.port = _free_port()
-        self._n = 0
-        self._template = False
-        self.user = "postgres"
-
-    def _run(self, *args: str) -> None:
-        cmd = [str(self.bindir / args[0]), *args[1:]]
-        if os.geteuid() == 0:
-            cmd = ["runuser", "-u", self.user, "--", *cmd]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
-
-    def start(self) -> None:
-        if os.geteuid() == 0:
-            pw = pwd.getpwnam(self.user)
-            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
-        else:
-            self.user = pwd.getpwuid(os.geteuid()).pw_name
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -F -c max_connections=50"
-        self._run("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"), "-w", "start")
-
-    def stop(self) -> None:
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
-            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def url(self, db: str = "postgres") -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
-
-    def new_database(self) -> str:
-        """A fresh, migrated database per test, so tests never see each other's rows."""
-        if not self._template:
-            # Migrate once into a template; each test's database is then a cheap file copy.
-            self._create("tmpl_ccscope", None)
-            tmpl = Store(self.url("tmpl_ccscope"), tempfile.mkdtemp(dir=self.dir))
-            tmpl.migrate()
-            tmpl.close()
-            self._template = True
-        self._n += 1
-        name = f"t{self._n}_{int(time.time() * 1000) % 100000}"
-        self._create(name, "tmpl_ccscope")
-        return self.url(name)
-
-    def _create(self, name: str, template: str | None) -> None:
-        import psycopg
-
-        with psycopg.connect(
-            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
-        ) as c:
-            c.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
-
-
-@contextlib.contextmanager
-def running_cluster() -> Iterator[PgCluster]:
-    bindir = pg_bindir()
-    if bindir is None:
-        raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
-    c = PgCluster(bindir)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-
-
-# Fixtures, imported by the conftest of each test folder that needs a store.
+__all__ = ["PgCluster", "pg_bindir", "pg_cluster", "running_cluster", "store"]
 
 
 @pytest.fixture(scope="session")

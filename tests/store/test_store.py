@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 from sqlalchemy import inspect
@@ -179,7 +180,7 @@ def test_domain_report_and_census(store: Store) -> None:
     _classified(store, "c.example", "paris", "tcp", "1", "cubic")
     latest, history, total = store.domain_report("a.example", limit=2)
     assert total == 4 and len(history) == 2
-    got = {(r.transport, r.vantage.name): r.label for r in latest}
+    got = {(r.transport, r.vantage): r.label for r in latest}
     assert got == {("tcp", "paris"): "bbr", ("tcp", "tokyo"): "cubic", ("quic", "paris"): "bbr"}
     with pytest.raises(NotFound):
         store.domain_report("never.example")
@@ -188,6 +189,59 @@ def test_domain_report_and_census(store: Store) -> None:
     assert shares == {"cubic": (3, 4), "bbr": (1, 4)}
     assert rows[0].label == "cubic" and abs(rows[0].share - 0.75) < 1e-9
     assert store.census(date_from=dt.date.today() + dt.timedelta(days=2)) == []
+
+
+def test_domain_report_pages_and_latest(store: Store) -> None:
+    _setup(store)
+    ids = [_classified(store, "a.example", "paris", "tcp", f"s{i}", label) for i, label in
+           enumerate(["reno", "cubic", "bbr", "cubic", "bbr3"])]  # fmt: skip
+    _classified(store, "a.example", "tokyo", "quic", "q", "bbr")
+    # A later page: `latest` no longer comes off the page, it is queried.
+    latest, history, total = store.domain_report("a.example", limit=2, offset=2)
+    assert total == 6 and [v.measurement_id for v in history] == [ids[3], ids[2]]
+    want = [("quic", "tokyo", "bbr"), ("tcp", "paris", "bbr3")]
+    assert [(v.transport, v.vantage, v.label) for v in latest] == want
+    # Everything on one page: the same answer, read off the page.
+    latest1, history1, total1 = store.domain_report("a.example")
+    assert latest1 == latest and total1 == 6 and len(history1) == 6
+    assert history1[0].created_at.tzinfo is not None and isinstance(history1[0].evidence, dict)
+    # Past the end: no rows, the right total. A known site without verdicts: empty, not 404.
+    assert store.domain_report("a.example", offset=10)[1:] == ([], 6)
+    assert store.domain_report("b.example") == ([], [], 0)
+
+
+def test_census_table_is_the_group_by_of_verdicts(store: Store) -> None:
+    """census_counts is kept in the verdict's transaction; the census reads it, split by
+    campaign, and a rebuild from the verdicts gives the same cells."""
+    from sqlalchemy import select
+
+    from ccscope.store.models import CensusCount
+
+    _setup(store)
+    camp = store.create_campaign("c", "tranco", 3, ["tcp"], ["default"], ["paris"], "0 3 * * *")
+    v0 = store.census_version()
+    labels = [("a.example", "cubic"), ("b.example", "cubic"), ("c.example", "bbr")]
+    for i, (domain, label) in enumerate(labels):
+        m, _ = store.enqueue_measurement(domain, "paris", "tcp", f"c{i}", campaign_id=camp.id)
+        store.transition(m.id, "running")
+        store.transition(m.id, "captured")
+        store.record_verdict(m.id, _verdict(label))
+    _classified(store, "a.example", "paris", "tcp", "adhoc", "reno")  # no campaign
+    assert store.census_version() == v0 + 4
+    both = {(r.label, r.count, r.total) for r in store.census()}
+    assert both == {("cubic", 2, 4), ("bbr", 1, 4), ("reno", 1, 4)}
+    only = {(r.label, r.count, r.total) for r in store.census(campaign_id=camp.id)}
+    assert only == {("cubic", 2, 3), ("bbr", 1, 3)}
+    assert store.census(campaign_id=camp.id + 1) == []
+
+    def cells() -> set[tuple[object, ...]]:
+        with store.sessions() as s:
+            return {(c.measured_on, c.vantage_id, c.transport, c.campaign_id, c.label, c.n)
+                    for c in s.scalars(select(CensusCount))}  # fmt: skip
+
+    before = cells()
+    assert len(before) == 3 and store.rebuild_census() == 3 and cells() == before
+    assert store.census_version() == v0 + 5  # a rebuild is a change too
 
 
 def test_site_lease_and_gap(store: Store) -> None:
@@ -275,3 +329,48 @@ def test_migrations_match_models_and_roll_back(store: Store) -> None:
     upgrade(store.engine)
     _setup(store)
     assert store.get_list("tranco").size == 3
+
+
+def test_heartbeat_keeps_a_long_run_leased_and_a_dead_one_lapses(store: Store) -> None:
+    _setup(store)
+    m, _ = store.enqueue_measurement("a.example", "paris", "tcp", "hb")
+    store.transition(m.id, "running")
+    holder = f"measurement-{m.id}"
+    lease = 3.0  # beats every 0.25 s: only a stall of most of this could let it lapse
+    assert store.acquire_site("a.example", holder, lease_seconds=lease)
+    # A run three times as long as its lease: the beats keep the site and the row its own.
+    with store.keep_alive(m.id, holder, lease_seconds=lease, every=0.25) as lost:
+        for _ in range(3):
+            time.sleep(lease)
+            assert not store.acquire_site("a.example", "other", lease_seconds=60)
+            assert store.requeue_stale(older_than_seconds=lease) == []
+        assert not lost.is_set()
+    row = store.get_measurement(m.id)
+    assert row.heartbeat_at is not None and row.started_at is not None
+    assert (row.heartbeat_at - row.started_at).total_seconds() > 2 * lease
+    # The worker dies: no more beats. Within the lease the site is still taken, after it it's free.
+    assert not store.acquire_site("a.example", "other", lease_seconds=60)
+    time.sleep(lease + 0.5)
+    assert store.acquire_site("a.example", "other", lease_seconds=60)
+    # A late beat of the dead run finds its claim gone and does not make the row look alive.
+    assert not store.heartbeat(m.id, holder, lease_seconds=lease)
+    assert store.requeue_stale(older_than_seconds=lease) == [m.id]
+    with pytest.raises(NotFound):
+        store.heartbeat(10**6, holder, lease_seconds=lease)
+
+
+def test_drop_traces_of_a_rerun(store: Store) -> None:
+    _setup(store)
+    m, _ = store.enqueue_measurement("a.example", "paris", "tcp", "dt")
+    store.transition(m.id, "running")
+    a = store.add_trace(m.id, b"first attempt A", profile="A")
+    store.add_trace(m.id, b"first attempt B", profile="B")
+    assert store.drop_traces(m.id) == 2
+    assert store.get_measurement(m.id).traces == []
+    assert store.read_trace(a.sha256) == b"first attempt A"  # blobs may be shared: they stay
+    assert store.drop_traces(m.id) == 0
+    store.add_trace(m.id, b"the re-run", profile="A")
+    store.transition(m.id, "captured")
+    with pytest.raises(IllegalTransition):  # a captured row's traces are its result
+        store.drop_traces(m.id)
+    assert len(store.get_measurement(m.id).traces) == 1
