@@ -372,14 +372,16 @@ fn server_inside_with_route_inner_addr_and_hosts() {
     }
     guarded(|| {
         let hosts = tmp("hosts");
-        std::fs::write(&hosts, "127.0.0.1 localhost\n198.18.0.1 cubic.lab.test\n").unwrap();
+        // 198.19.254.0/24: outside 198.18.0.0/16, where lab instances live, so a running lab
+        // (a developer's, or the demo's) does not collide with this test.
+        std::fs::write(&hosts, "127.0.0.1 localhost\n198.19.254.1 cubic.lab.test\n").unwrap();
         let seen = tmp("seen");
         let cmd = format!(
-            "getent hosts cubic.lab.test > {}; exec python3 -m http.server 18123 --bind 198.18.0.1",
+            "getent hosts cubic.lab.test > {}; exec python3 -m http.server 18123 --bind 198.19.254.1",
             seen.display()
         );
         let mut c = spawn_ready(&[
-            "--quiet", "--delay", "5", "--inner-addr", "198.18.0.1/32", "--route", "198.18.0.0/24",
+            "--quiet", "--delay", "5", "--inner-addr", "198.19.254.1/32", "--route", "198.19.254.0/24",
             "--hosts", hosts.to_str().unwrap(), "--", "sh", "-c", &cmd,
         ]);
         // Outside, the lab name must not resolve via the shell's hosts file.
@@ -387,7 +389,7 @@ fn server_inside_with_route_inner_addr_and_hosts() {
         let deadline = Instant::now() + Duration::from_secs(10);
         let rtt = loop {
             let t = Instant::now();
-            match TcpStream::connect_timeout(&"198.18.0.1:18123".parse().unwrap(), Duration::from_secs(2)) {
+            match TcpStream::connect_timeout(&"198.19.254.1:18123".parse().unwrap(), Duration::from_secs(2)) {
                 Ok(mut s) => {
                     let rtt = t.elapsed();
                     s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
@@ -401,7 +403,7 @@ fn server_inside_with_route_inner_addr_and_hosts() {
             }
         };
         assert!(rtt >= Duration::from_millis(10) && rtt < Duration::from_millis(15), "connect rtt {:?}", rtt);
-        assert!(std::fs::read_to_string(&seen).unwrap().contains("198.18.0.1"));
+        assert!(std::fs::read_to_string(&seen).unwrap().contains("198.19.254.1"));
         signal(&c, libc::SIGTERM);
         let st = c.wait().unwrap();
         assert_eq!(st.code(), Some(128 + libc::SIGTERM));
