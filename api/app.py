@@ -69,6 +69,13 @@ def _err(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def _domain_error_handler(status: int, code: str | None) -> Any:
+    async def handler(_r: Request, e: Exception) -> JSONResponse:
+        return _err(status, str(e), code)
+
+    return handler
+
+
 class BodyLimit:
     """Refuse request bodies over `limit` bytes, declared or streamed (chunked), with a 413."""
 
@@ -171,33 +178,17 @@ def create_app(
         ]
         return _err(422, detail)
 
-    @app.exception_handler(NotFound)
-    async def not_found(_r: Request, e: NotFound) -> JSONResponse:
-        return _err(404, str(e))
-
-    @app.exception_handler(Conflict)
-    async def conflict(_r: Request, e: Conflict) -> JSONResponse:
-        return _err(409, str(e))
-
-    @app.exception_handler(OptedOut)
-    async def opted_out(_r: Request, e: OptedOut) -> JSONResponse:
-        return _err(409, str(e), "opted_out")
-
-    @app.exception_handler(RobotsDisallowed)
-    async def robots_disallowed(_r: Request, e: RobotsDisallowed) -> JSONResponse:
-        return _err(422, str(e), "robots_disallowed")
-
-    @app.exception_handler(IllegalTransition)
-    async def illegal(_r: Request, e: IllegalTransition) -> JSONResponse:
-        return _err(409, str(e), "illegal_transition")
-
-    @app.exception_handler(StoreError)
-    async def store_error(_r: Request, e: StoreError) -> JSONResponse:
-        return _err(422, str(e))
-
-    @app.exception_handler(TargetRefused)
-    async def refused(_r: Request, e: TargetRefused) -> JSONResponse:
-        return _err(422, str(e), "target_refused")
+    # Domain errors -> (status, error code; None: the status's generic code).
+    for exc, status, code in (
+        (NotFound, 404, None),
+        (Conflict, 409, None),
+        (OptedOut, 409, "opted_out"),
+        (RobotsDisallowed, 422, "robots_disallowed"),
+        (IllegalTransition, 409, "illegal_transition"),
+        (StoreError, 422, None),
+        (TargetRefused, 422, "target_refused"),
+    ):
+        app.add_exception_handler(exc, _domain_error_handler(status, code))
 
     @app.exception_handler(Exception)
     async def internal(_r: Request, e: Exception) -> JSONResponse:
