@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from pathlib import Path
 
 from ccscope.lab.lab import Lab, LabParams
 from ccscope.store.core import Store, default_data_dir
-from ccscope.workers.census import CensusReport, VantageSpec, lab_truth, run_census
+from ccscope.workers.census import (
+    CensusReport,
+    VantageSpec,
+    import_list_file,
+    lab_truth,
+    run_census,
+    write_list,
+)
 
 # A small web: several sites per popular CCA, as on the Internet, and one each of a few others.
 DEMO_SITES: tuple[tuple[str, str], ...] = (
@@ -48,13 +54,6 @@ DEMO_LIST = "lab-demo"
 
 def demo_ccas(sites: tuple[tuple[str, str], ...] = DEMO_SITES) -> tuple[str, ...]:
     return tuple(dict.fromkeys(cca for _, cca in sites))
-
-
-def write_demo_list(path: Path, sites: tuple[tuple[str, str], ...] = DEMO_SITES) -> Path:
-    """The sites as a Tranco-style list (rank,domain), as a census reads any list."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{i},{host}\n" for i, (host, _) in enumerate(sites, start=1)))
-    return path
 
 
 def run_demo(
@@ -88,9 +87,9 @@ def run_demo(
     lab.up(LabParams(ccas=ccas, delay_ms=10.0, sites=sites, large_bytes=420_000))
     try:
         # A list per day: the demo re-run on one day reuses it, its campaigns stay apart.
-        from ccscope.workers.census import import_list_file
-
-        lst = write_demo_list(default_data_dir() / f"{DEMO_LIST}_{dt.date.today().isoformat()}.csv", sites)
+        lst = write_list(
+            default_data_dir() / f"{DEMO_LIST}_{dt.date.today().isoformat()}.csv", [h for h, _ in sites]
+        )
         list_name, _ = import_list_file(store, lst, DEMO_LIST)
         print(
             f"census of {len(sites)} sites from {len(vantages)} vantage points "

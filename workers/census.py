@@ -19,7 +19,7 @@ from typing import Any
 from ccscope.errors import CCScopeError
 from ccscope.store.core import CensusRow, Conflict, NotFound, Store
 from ccscope.workers.embedded import EmbeddedWorkers
-from ccscope.workers.tasks import WorkerConfig, plan_campaign, queued_ids
+from ccscope.workers.tasks import WorkerConfig, plan_campaign
 
 UNKNOWN_KINDS = ("unknown", "insufficient")
 
@@ -116,6 +116,13 @@ class CensusReport:
 # ---- running ----------------------------------------------------------------------------------
 
 
+def write_list(path: Path, domains: Sequence[str]) -> Path:
+    """Domains as a Tranco-style list (rank,domain), the form a census reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{i},{d}\n" for i, d in enumerate(domains, start=1)))
+    return path
+
+
 def import_list_file(store: Store, path: str | Path, name: str | None = None) -> tuple[str, int]:
     """Import a Tranco/Alexa CSV under `name` (default: the file's stem) and its date; a list
     already imported under that name and date is reused. Returns (list name, size)."""
@@ -185,8 +192,7 @@ def run_census(
     errors: dict[int, str] = {}
     with EmbeddedWorkers(store, cfgs, concurrency=concurrency) as w:
         planned = plan_campaign(store, c.id, slot)
-        futs = [(mid, w.submit(mid, v)) for v, ids in queued_ids(planned).items() for mid in ids]
-        for mid, f in futs:
+        for mid, f in w.submit_planned(planned).items():
             # One measurement's unexpected error must not lose the census: its row stays where
             # it stopped (e.g. captured, for a later re-classification) and the report says why.
             try:
@@ -333,4 +339,5 @@ __all__ = [
     "import_list_file",
     "lab_truth",
     "run_census",
+    "write_list",
 ]

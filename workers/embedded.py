@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from sqlalchemy.exc import OperationalError
@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from ccscope.store.core import Store
 from ccscope.workers.tasks import (
     Outcome,
+    Planned,
     Transient,
     WorkerConfig,
     cron_slot,
@@ -102,8 +103,11 @@ class EmbeddedWorkers:
         if slot is None:
             slot = cron_slot(self.store.get_campaign(campaign_id).schedule)
         planned = plan_campaign(self.store, campaign_id, slot)
-        futs = [self.submit(mid, v) for v, ids in queued_ids(planned).items() for mid in ids]
-        return [f.result(timeout=timeout) for f in futs]
+        return [f.result(timeout=timeout) for f in self.submit_planned(planned).values()]
+
+    def submit_planned(self, planned: Sequence[Planned]) -> dict[int, Future[Outcome]]:
+        """Submit every unfinished row of a planned slot: {measurement id: future}."""
+        return {mid: self.submit(mid, v) for v, ids in queued_ids(planned).items() for mid in ids}
 
     def serve(self, vantage: str, poll_seconds: float = 5.0, stop: threading.Event | None = None) -> None:
         """A broker-less worker: pick up queued rows of `vantage` from the store until stopped,

@@ -42,7 +42,7 @@ from ccscope.lab import ccas as zoo
 from ccscope.lab.lab import Lab, LabParams
 from ccscope.store.core import Store
 from ccscope.trace import Trace
-from ccscope.workers.census import VantageSpec, import_list_file, lab_truth, run_census
+from ccscope.workers.census import VantageSpec, import_list_file, lab_truth, run_census, write_list
 
 INSTANCE = 10
 MIX = ("cubic", "bbr", "reno", "bic", "htcp", "vegas", "westwood", "illinois", "scalable", "highspeed",
@@ -84,8 +84,7 @@ def measure_phase(args: argparse.Namespace, ks: list[int], work: Path) -> dict[s
         store = Store(f"sqlite:///{work}/census.db", f"{work}/traces")
         store.migrate()
         truth = lab_truth(args.state_dir)
-        lst = work / f"bench_{dt.date.today().isoformat()}.csv"
-        lst.write_text("".join(f"{i},{h}\n" for i, (h, _) in enumerate(sites, start=1)))
+        lst = write_list(work / f"bench_{dt.date.today().isoformat()}.csv", [h for h, _ in sites])
         name, _ = import_list_file(store, lst)
         for k in ks:
             log(f"K={k}: census of {k} sites, profiles A+B ...")
