@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ccscope.capture.shell import run_in_shell
-from ccscope.capture.tcp_bif import flows_from_pcap
+from ccscope.capture.tcp_bif import flows_from_pcap_aligned
 from ccscope.errors import CaptureError, CCScopeError
 from ccscope.profile import Profile, get_profile
 from ccscope.targets import lab_mode_enabled, resolve_target
@@ -162,13 +162,13 @@ def measure_profile(
         run.error = run.error or "no capture was written"
         return run
     try:
-        cap = flows_from_pcap(pcap, object_url=url, profile=profile)
+        both = flows_from_pcap_aligned(pcap, ("capture", "sender"), object_url=url, profile=profile)
+        cap = both["capture"]
         flow = _pick_flow(cap.traces, int(run.fetch.get("local_port") or 0))
     except CaptureError as e:
         run.error = run.error or str(e)
         return run
-    aligned = flows_from_pcap(pcap, object_url=url, profile=profile, align="sender")
-    sender = _pick_flow(aligned.traces, flow.flow.client_port)
+    sender = _pick_flow(both["sender"].traces, flow.flow.client_port)
     # A download that failed or was cut short still leaves a usable, clearly marked trace.
     partial = fetch_failed or cap.partial or bool(run.fetch.get("truncated"))
     for t in (flow, sender):

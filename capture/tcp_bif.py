@@ -25,7 +25,7 @@ Two alignments:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,18 @@ class CaptureResult:
         return self.traces[0]
 
 
+def read_pcap_table(path: str | os.PathLike[str] | bytes) -> tuple[SegmentTable, dict[str, int], bool]:
+    """Parse a pcap/pcapng once: its TCP segments, the packet counts, and whether it was cut short."""
+    frames = ip_frames(read_records(path))
+    table = parse_batch(frames.data, frames.ts_ns, frames.ip_off, frames.ip_caplen,
+                        frames.ip_orig_len)  # fmt: skip
+    stats = _base_stats(frames.records, table.counts)
+    stats["non_ip"] += frames.non_ip
+    stats["malformed"] += frames.malformed
+    stats["truncated"] = int(frames.truncated)
+    return table, stats, frames.truncated
+
+
 def flows_from_pcap(
     path: str | os.PathLike[str] | bytes,
     *,
@@ -80,25 +92,37 @@ def flows_from_pcap(
     profile: Profile | dict[str, Any] | None = None,
 ) -> CaptureResult:
     """Read a pcap/pcapng (path or raw bytes) and return one BiF trace per TCP flow."""
-    _check_align(align)
-    frames = ip_frames(read_records(path))
-    table = parse_batch(frames.data, frames.ts_ns, frames.ip_off, frames.ip_caplen,
-                        frames.ip_orig_len)  # fmt: skip
-    stats = _base_stats(frames.records, table.counts)
-    stats["non_ip"] += frames.non_ip
-    stats["malformed"] += frames.malformed
-    stats["truncated"] = int(frames.truncated)
-    return traces_from_table(
-        table,
-        stats=stats,
-        partial=frames.truncated,
-        align=align,
-        min_payload_bytes=min_payload_bytes,
-        object_url=object_url,
-        profile=profile,
-        source="pcap",
-        require_handshake=True,
-    )
+    return flows_from_pcap_aligned(
+        path, (align,), min_payload_bytes=min_payload_bytes, object_url=object_url, profile=profile
+    )[align]
+
+
+def flows_from_pcap_aligned(
+    path: str | os.PathLike[str] | bytes,
+    aligns: Sequence[str] = ALIGNMENTS,
+    *,
+    min_payload_bytes: int = 1,
+    object_url: str | None = None,
+    profile: Profile | dict[str, Any] | None = None,
+) -> dict[str, CaptureResult]:
+    """`flows_from_pcap` for several alignments from one parse of the capture."""
+    for a in aligns:
+        _check_align(a)
+    table, stats, partial = read_pcap_table(path)
+    return {
+        a: traces_from_table(
+            table,
+            stats=stats,
+            partial=partial,
+            align=a,
+            min_payload_bytes=min_payload_bytes,
+            object_url=object_url,
+            profile=profile,
+            source="pcap",
+            require_handshake=True,
+        )
+        for a in aligns
+    }
 
 
 def traces_from_packets(
