@@ -64,16 +64,4 @@ PARAM(__u32, min_pipe_cwnd, 4, 1, "smallest cwnd BBR uses (segments)");
 #define BBR_VERSION 2
 #include "bbr_core.h"
 
-SEC(".struct_ops.link")
-struct tcp_congestion_ops bbr2_ops = {
-	.init = (void *)bbr_init,
-	.release = (void *)bbr_release,
-	.cong_control = (void *)bbr_cong_control,
-	.ssthresh = (void *)bbr_ssthresh,
-	.undo_cwnd = (void *)bbr_undo_cwnd,
-	.set_state = (void *)bbr_set_state,
-	.cwnd_event = (void *)bbr_cwnd_event,
-	.sndbuf_expand = (void *)bbr_sndbuf_expand,
-	.min_tso_segs = (void *)bbr_min_tso_segs,
-	.name = "cc_bbr2",
-};
+BBR_STRUCT_OPS(bbr2_ops, "cc_bbr2");

@@ -734,4 +734,20 @@ CC_PROG(__u32, bbr_min_tso_segs, struct sock *sk)
 	return sk->sk_pacing_rate < (1200000 / 8) ? 1 : 2;
 }
 
+/* The struct_ops each version registers: the engine's callbacks under its own name. */
+#define BBR_STRUCT_OPS(var, cc_name)                         \
+	SEC(".struct_ops.link")                              \
+	struct tcp_congestion_ops var = {                    \
+		.init = (void *)bbr_init,                    \
+		.release = (void *)bbr_release,              \
+		.cong_control = (void *)bbr_cong_control,    \
+		.ssthresh = (void *)bbr_ssthresh,            \
+		.undo_cwnd = (void *)bbr_undo_cwnd,          \
+		.set_state = (void *)bbr_set_state,          \
+		.cwnd_event = (void *)bbr_cwnd_event,        \
+		.sndbuf_expand = (void *)bbr_sndbuf_expand,  \
+		.min_tso_segs = (void *)bbr_min_tso_segs,    \
+		.name = cc_name,                             \
+	}
+
 #endif /* BBR_CORE_H */
