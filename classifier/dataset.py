@@ -32,7 +32,7 @@ OBJECT_BYTES = 250_000  # ~20 s per profile at 200 kbit/s with 48-byte segments:
 KERNEL_CCAS = ("reno", "cubic", "bbr")
 ZOO_CCAS = (
     "bic", "htcp", "vegas", "westwood", "illinois", "scalable", "highspeed", "yeah", "veno",
-    "hybla", "lp", "nv", "dctcp", "cdg", "cc-cubic", "bbr3",
+    "hybla", "lp", "nv", "dctcp", "cdg", "cc-cubic", "bbr2", "bbr3",
 )  # fmt: skip
 TRAINED_CCAS = KERNEL_CCAS + ZOO_CCAS
 
@@ -116,6 +116,11 @@ CONDITIONS: tuple[Condition, ...] = (
     Condition("d25-j4-l5e4", 25.0, jitter_ms=4.0, loss=0.0005),
     Condition("d12-j1", 12.0, jitter_ms=1.0),
     Condition("d50-j2-l3e4", 50.0, jitter_ms=2.0, loss=0.0003),
+    # 1.3: Internet RTTs of 160-220 ms (a vantage point on another continent), and random loss
+    # of 0.3 % (a lossy access network), both beyond what 1.2 trained on
+    Condition("d80-j2", 80.0, jitter_ms=2.0),
+    Condition("d110-j1-l3e4", 110.0, jitter_ms=1.0, loss=0.0003),
+    Condition("d30-j2-l3e3", 30.0, jitter_ms=2.0, loss=0.003),
     Condition("h-d15-j3-l2e3", 15.0, jitter_ms=3.0, loss=0.002, split="heldout"),
     Condition("h-d60-j1", 60.0, jitter_ms=1.0, split="heldout"),
 )
@@ -166,7 +171,13 @@ def job_seed(job: Job) -> int:
     return int.from_bytes(hashlib.sha256(f"{job.condition}/{job.cca}/{job.run}".encode()).digest()[:4], "big")
 
 
-def _measure_one(root: Path, job: Job, object_bytes: int) -> dict[str, Any] | None:
+def measure_timeout(cond: Condition) -> float:
+    """Seconds one profile's download may take: 120 s, plus room for the longer round trips
+    (a sender that grows its window once per RTT needs proportionally longer)."""
+    return 120.0 + 2.0 * max(0.0, cond.delay_ms - 40.0)
+
+
+def _measure_one(root: Path, job: Job, object_bytes: int, timeout: float = 120.0) -> dict[str, Any] | None:
     from ccscope.capture.measure import measure
 
     out = root / job.condition / job.cca / f"run{job.run}"
@@ -179,7 +190,7 @@ def _measure_one(root: Path, job: Job, object_bytes: int) -> dict[str, Any] | No
             ("A", "B"),
             out,
             lab=True,
-            timeout=120,
+            timeout=timeout,
             seed=job_seed(job),
         )
     except Exception as e:  # one failed download must not stop a half-hour collection
@@ -228,9 +239,10 @@ def collect(
             ),
             timeout=60,
         )
+        timeout = measure_timeout(cond)
         try:
             with ThreadPoolExecutor(concurrency) as pool:
-                for rec in pool.map(lambda j: _measure_one(root, j, object_bytes), todo):
+                for rec in pool.map(lambda j: _measure_one(root, j, object_bytes, timeout), todo):  # noqa: B023
                     if rec is None:
                         continue
                     rec["condition"] = asdict(cond)

@@ -31,19 +31,18 @@ BIN = HERE / "loader" / "target" / "release" / "ccscope-cca"
 PREFIX = "cc_"
 AVAILABLE_FILE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
-# Algorithms that are complete and in the default set. BBRv3 (cc_bbr3) is built and
-# loadable but EXPERIMENTAL: it lacks the ECN response and the draft's exact loss-rate
-# test (see lab/ccas/README.md), so it is not in the default set. BBRv2 (cc_bbr2) has
-# the same two gaps and is built, loadable and validated (lab/validate.py) but in
-# neither list yet: EXPERIMENTAL is what the classifier trains on (classifier/dataset.py
-# zoo_ccas), and a bbr2 class needs its family/detector mapping there first.
+# Algorithms that are complete and in the default set. BBRv2 (cc_bbr2) and BBRv3 (cc_bbr3) are
+# built, loadable and validated (lab/validate.py) but EXPERIMENTAL: they lack the ECN response
+# and the drafts' exact per-packet loss test (see lab/ccas/README.md), so they are not in the
+# default set. EXPERIMENTAL is also trained on by the classifier (classifier/dataset.py
+# zoo_ccas): a census server running BBRv2/v3 must be named, gaps and all.
 DEFAULT_SET = (
     "bic", "cubic", "highspeed", "htcp", "hybla", "illinois", "lp", "nv", "scalable",
     "vegas", "veno", "westwood", "yeah", "cdg", "dctcp",
 )  # fmt: skip
 
 
-EXPERIMENTAL = ("bbr3",)
+EXPERIMENTAL = ("bbr2", "bbr3")
 
 
 class CCAError(RuntimeError):
