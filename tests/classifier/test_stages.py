@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 
 from ccscope.classifier import features as F
 from ccscope.classifier.detectors import comb_match, detect_bbr1, detect_bbr3, find_dips
+from ccscope.classifier.forest import RandomForest
 from ccscope.classifier.gnb import GaussianNB
 from ccscope.trace import Trace
 
@@ -93,3 +97,70 @@ def test_comb_match_tolerates_extra_and_missing_dips() -> None:
     frac, per, hit, teeth = comb_match(times, 2.0, 25.0, np.arange(4.6, 6.01, 0.1), 0.5)
     assert 4.9 <= per <= 5.1 and hit == 4 and teeth == 5 and abs(frac - 0.8) < 1e-9
     assert comb_match([4.0], 0.0, 20.0, np.arange(4.6, 6.01, 0.1), 0.5)[2] == 0
+
+
+def _blobs(seed: int) -> tuple[np.ndarray, list[str]]:
+    rng = np.random.default_rng(seed)
+    # class "a" and "b" differ in feature 0 only; feature 1 is noise, feature 2 sometimes missing
+    X = rng.normal(size=(200, 3))
+    y = ["a" if v < 0 else "b" for v in X[:, 0]]
+    X[rng.random(200) < 0.3, 2] = np.nan
+    return X, y
+
+
+def test_forest_learns_splits_and_roundtrips() -> None:
+    X, y = _blobs(1)
+    f = RandomForest(n_trees=20, seed=3).fit(X, y)
+    Xt, yt = _blobs(2)
+    acc = np.mean(np.array(f.predict(Xt)) == np.array(yt))
+    assert acc > 0.9, acc
+    # the informative feature carries most of the splits
+    assert int(np.argmax(f.feature_importance())) == 0
+    p = f.predict_proba(Xt)
+    assert np.allclose(p.sum(axis=1), 1.0)
+    g = RandomForest.from_dict(json.loads(json.dumps(f.to_dict())))
+    assert np.allclose(g.predict_proba(Xt), p, atol=1e-3)
+    # seeded: the same data gives the same trees
+    assert RandomForest(n_trees=20, seed=3).fit(X, y).to_dict() == f.to_dict()
+
+
+def test_forest_missing_feature_is_a_value() -> None:
+    # whether a feature exists at all (a back-off ratio needs a loss) can decide the class
+    X = np.array([[np.nan], [np.nan], [np.nan], [0.5], [0.6], [0.7]] * 5)
+    y = ["vegas", "vegas", "vegas", "cubic", "cubic", "cubic"] * 5
+    f = RandomForest(n_trees=5, seed=0).fit(X, y)
+    assert f.predict(np.array([[np.nan], [0.65]])) == ["vegas", "cubic"]
+
+
+def test_forest_rejects_hostile_documents() -> None:
+    X, y = _blobs(1)
+    d = RandomForest(n_trees=2, seed=0).fit(X, y).to_dict()
+    loop = json.loads(json.dumps(d))
+    loop["left"][0] = 0  # a node that points at itself would walk forever
+    with pytest.raises(ValueError, match="outside"):
+        RandomForest.from_dict(loop)
+    short = json.loads(json.dumps(d))
+    short["threshold"] = short["threshold"][:-1]
+    with pytest.raises(ValueError, match="length"):
+        RandomForest.from_dict(short)
+    wrong = json.loads(json.dumps(d))
+    wrong["feature"][0] = 99
+    with pytest.raises(ValueError, match="outside"):
+        RandomForest.from_dict(wrong)
+    leaves = json.loads(json.dumps(d))
+    leaves["leaf"] = leaves["leaf"][:-1]
+    with pytest.raises(ValueError, match="leaf table"):
+        RandomForest.from_dict(leaves)
+    with pytest.raises(ValueError, match="not a random forest"):
+        RandomForest.from_dict({"kind": "gnb"})
+
+
+def test_forest_splits_adjacent_floats() -> None:
+    # two classes one float apart: the cut between them must still leave both sides non-empty
+    a = 0.3
+    b = float(np.nextafter(a, 1.0))
+    X = np.array([[a]] * 4 + [[b]] * 4)
+    y = ["lo"] * 4 + ["hi"] * 4
+    f = RandomForest(n_trees=3, seed=0).fit(X, y)
+    assert f.predict(np.array([[a], [b]])) == ["lo", "hi"]
+    assert np.isfinite(f.value).all()
