@@ -61,6 +61,12 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
     evidence: dict[str, Any] = {
         "traces": per_trace,
         "top_classes": [{"class": c, "p": p} for c, p in top],
+        # the naive Bayes over the same features on its own: where it disagrees with the
+        # forest's label, the shape model alone would have named another CCA
+        "shape_model_top": [
+            {"class": c, "p": p}
+            for c, p in sorted(d.shape_probabilities.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        ],
         "typicality": d.typicality,
         # classes this measurement cannot rule out (posterior within 5x of the best): CCAs that
         # behave identically under the method's profiles (e.g. DCTCP without ECN marks is Reno)
@@ -135,7 +141,11 @@ def _explain(
             + ". A CCA outside the trained set, or a tuned variant, looks like this."
         )
     else:
-        parts.append(f"This matches the trained profile of {label} better than any other class.")
+        parts.append(
+            f"The decision trees, reading both profiles' features together, name {label} more often "
+            "than any other class, and no feature lies further from its trained profile than known "
+            "CCAs on unseen networks do."
+        )
     if also:
         parts.append("It cannot be told apart here from: " + ", ".join(also) + ".")
     return " ".join(parts)

@@ -4,9 +4,10 @@
   ~10 s (the min-RTT filter's window).
 * BBRv3 (as the zoo's cc_bbr3 behaves: draft-ietf-ccwg-bbr): ProbeRTT to half the BDP every
   ~5 s, and seconds-long flat ProbeBW_CRUISE stretches between bandwidth probes.
-* BBRv2 has no implementation in the lab (the zoo ships none), so no detector is trained or
-  validated for it; its published timing (≥ 2 s cruise, ProbeRTT every ~5 s) matches BBRv3's
-  detector, which will claim a BBRv2 server as "BBRv3-like".
+* BBRv2 (the zoo's cc_bbr2, v2alpha) keeps the same timing as v3: ProbeRTT to half the BDP every
+  ~5 s, cruise between probes 2-3 s apart. The `bbr3` detector therefore vouches for both
+  (model.DETECTOR_CLASS); what tells v2 from v3 is the shape model (how ProbeBW_UP ends, how
+  the in-flight bound follows a loss), not a timing.
 
 Each returns a `Finding` with a score in [0, 1] and the evidence it used, in seconds and RTTs.
 """

@@ -1,4 +1,5 @@
-"""The trained model: per-profile Gaussian NB, calibration, Unknown thresholds; artifact I/O.
+"""The trained model: a random forest over both profiles' features (the label), per-profile Gaussian
+NB (the shape likelihoods and the Unknown tests), calibration, Unknown thresholds; artifact I/O.
 
 The artifact is one small JSON file in classifier/models/, deterministic for the same training
 traces (no timestamps, rounded numbers, sorted keys), carrying its own training metadata.
@@ -18,11 +19,12 @@ from typing import Any
 import numpy as np
 
 from ccscope.classifier.features import FEATURES
+from ccscope.classifier.forest import RandomForest
 from ccscope.classifier.gnb import GaussianNB
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "1.2.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "1.3.0"  # bump when features or decision rules change; retrain with it
 # Left out of the naive Bayes (still computed and shown as evidence): each raised mean recall on
 # leave-one-condition-out folds of the training set when dropped. They vary more with the
 # network (buffer, RTT, loss) than with the CCA here: the 8-RTT spectral line, back-off counts
@@ -34,7 +36,10 @@ UNUSED_FEATURES = (
     "ss_peak", "level_p10", "level", "ss_rtts",
 )  # fmt: skip
 DEFAULT_MODEL = MODELS_DIR / f"ccscope-{CLASSIFIER_VERSION}.json"
-DETECTOR_CLASS = {"bbr1": "bbr", "bbr3": "bbr3"}  # which detector vouches for which class
+# Which detector vouches for which classes. BBRv2 and v3 share their timing (ProbeRTT to half the
+# BDP every ~5 s, cruise between bandwidth probes 2-3 s apart), so one detector speaks for both
+# and the shape model tells them apart, or does not.
+DETECTOR_CLASS: dict[str, tuple[str, ...]] = {"bbr1": ("bbr",), "bbr3": ("bbr2", "bbr3")}
 
 # Family names for "unknown, X-like": the nearest trained class's family.
 FAMILY = {
@@ -44,6 +49,10 @@ FAMILY = {
     "vegas": "Vegas", "nv": "Vegas", "lp": "delay-based", "cdg": "delay-based",
     "reno/dctcp": "Reno", "scalable/yeah": "Scalable",
 }  # fmt: skip
+
+
+PROFILE_SLOTS = ("A", "B")  # the forest reads one block of features per standard profile
+FOREST_EPS = 1e-3  # a class no tree voted for is unlikely, not impossible (log of the share)
 
 
 def profile_key(profile: str | None, rtt_s: float) -> str:
@@ -81,7 +90,11 @@ class Model:
     version: str
     classes: list[str]
     gnb: dict[str, GaussianNB]  # per profile
-    temperature: float = 1.0
+    temperature: float = 1.0  # of the naive Bayes' joint log-likelihood
+    # the label: a forest over the used features of profiles A and B side by side (a missing
+    # profile is missing features), its log vote shares divided by forest_temperature
+    forest: RandomForest | None = None
+    forest_temperature: float = 1.0
     typicality_max: float = 25.0  # above: atypical of its best class -> Unknown
     # per profile ("A") and per profile and class ("A|cubic", where LOCO named enough of the
     # class right) and used feature: the |z| (against the best class) that known CCAs out of
@@ -110,6 +123,8 @@ class Model:
             "classes": self.classes,
             "profiles": {k: g.to_dict() for k, g in sorted(self.gnb.items())},
             "temperature": _r(self.temperature),
+            "forest": self.forest.to_dict() if self.forest is not None else None,
+            "forest_temperature": _r(self.forest_temperature),
             "typicality_max": _r(self.typicality_max),
             "z_limit": {k: [_r(v) for v in vs] for k, vs in sorted(self.z_limit.items())},
             "atypical_max": _r(self.atypical_max) if math.isfinite(self.atypical_max) else None,
@@ -144,6 +159,8 @@ class Model:
             classes=list(d["classes"]),
             gnb={k: GaussianNB.from_dict(v) for k, v in d["profiles"].items()},
             temperature=float(d["temperature"]),
+            forest=RandomForest.from_dict(d["forest"]) if d.get("forest") else None,
+            forest_temperature=float(d.get("forest_temperature", 1.0)),
             typicality_max=float(d["typicality_max"]),
             z_limit={k: [float(v) for v in vs] for k, vs in d.get("z_limit", {}).items()},
             atypical_max=math.inf if d.get("atypical_max") is None else float(d["atypical_max"]),
@@ -178,6 +195,28 @@ class Decision:
     probabilities: dict[str, float]
     typicality: float
     reasons: list[str]
+    shape_probabilities: dict[str, float] = field(default_factory=dict)  # the naive Bayes' alone
+
+
+def forest_row(model: Model, use: Sequence[TraceSummary]) -> np.ndarray:
+    """The forest's input: each standard profile's used features and BBR timing detector scores
+    in its own block, NaN for a profile the measurement lacks (or whose trace was insufficient).
+    The detector scores are inputs, not only vetoes: ProbeRTT spacing (10 s for v1, 5 s for v2/v3)
+    separates the BBR versions where their shapes agree, e.g. on paths longer than any trained."""
+    n, d = len(model.used), len(DETECTOR_CLASS)
+    row = np.full((n + d) * len(PROFILE_SLOTS), np.nan)
+    for s in use:
+        if s.insufficient is None and s.profile in PROFILE_SLOTS:
+            i = PROFILE_SLOTS.index(s.profile) * (n + d)
+            row[i : i + n] = np.asarray(s.features, dtype=np.float64)[model.used_index]
+            row[i + n : i + n + d] = [s.detectors.get(k, np.nan) for k in DETECTOR_CLASS]
+    return row
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max()
+    e = np.exp(z)
+    return e / e.sum()
 
 
 def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
@@ -197,10 +236,13 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         floor_j = float(j.min()) - 50.0
         jll += np.array([j[pos[c]] if c in pos else floor_j for c in model.classes])
         typ = np.maximum(typ, np.array([ty[pos[c]] if c in pos else 1e4 for c in model.classes]))
-    z = jll / model.temperature
-    z -= z.max()
-    pr = np.exp(z)
-    pr /= pr.sum()
+    shape = _softmax(jll / model.temperature)
+    pr = shape
+    if model.forest is not None:
+        votes = model.forest.predict_proba(forest_row(model, use)[None])[0]
+        vi = {c: i for i, c in enumerate(model.forest.classes_)}
+        v = np.array([votes[vi[c]] if c in vi else 0.0 for c in model.classes])
+        pr = _softmax(np.log(v + FOREST_EPS) / model.forest_temperature)
     k = int(np.argmax(pr))
     best = model.classes[k]
     probs = {c: float(v) for c, v in zip(model.classes, pr, strict=True)}
@@ -219,18 +261,26 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
     if pr[k] < model.min_confidence:
         reasons.append(f"no class is likely enough (best: {best} at {pr[k]:.0%})")
     det = {n: max(s.detectors.get(n, 0.0) for s in use) for n in DETECTOR_CLASS}
-    for n, cls_ in DETECTOR_CLASS.items():
-        if best == cls_ and n in model.detector_min and det[n] < model.detector_min[n]:
+    for n, own in DETECTOR_CLASS.items():
+        cls_ = "/".join(own)
+        if best in own and n in model.detector_min and det[n] < model.detector_min[n]:
             reasons.append(
                 f"the shape says {best} but the {n} detector finds too little of its timing "
                 f"(score {det[n]:.2f} < {model.detector_min[n]:.2f})"
             )
-        if best != cls_ and n in model.detector_max_other and det[n] > model.detector_max_other[n]:
+        if best not in own and n in model.detector_max_other and det[n] > model.detector_max_other[n]:
             reasons.append(
                 f"the shape says {best} but the {n} detector sees {cls_}'s timing "
                 f"(score {det[n]:.2f} > {model.detector_max_other[n]:.2f})"
             )
-    return Decision(None if reasons else best, best, probs, float(typ[k]), reasons)
+    return Decision(
+        None if reasons else best,
+        best,
+        probs,
+        float(typ[k]),
+        reasons,
+        {c: float(v) for c, v in zip(model.classes, shape, strict=True)},
+    )
 
 
 def feature_z(model: Model, s: TraceSummary, cls: str) -> np.ndarray | None:
@@ -301,11 +351,11 @@ def fit_gnbs(
     return out
 
 
-def fit_temperature(jlls: list[np.ndarray], truth: list[int]) -> float:
+def fit_temperature(jlls: list[np.ndarray], truth: list[int], lo: float = 0.5, hi: float = 500.0) -> float:
     """The temperature minimising the held-out negative log-likelihood (grid search: no optimiser,
     no randomness)."""
     best_t, best_nll = 1.0, math.inf
-    for t in np.exp(np.linspace(math.log(0.5), math.log(500.0), 120)):
+    for t in np.exp(np.linspace(math.log(lo), math.log(hi), 120)):
         nll = 0.0
         for j, k in zip(jlls, truth, strict=True):
             z = j / t

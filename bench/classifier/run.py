@@ -71,7 +71,14 @@ def main() -> int:
 
     from ccscope.classifier.dataset import LABEL_OF
     from ccscope.classifier.model import Model
-    from ccscope.classifier.train import IDENTICAL_GROUPS, evaluate, load_units, summaries_for, write_eval
+    from ccscope.classifier.train import (
+        IDENTICAL_GROUPS,
+        evaluate,
+        load_units,
+        summaries_for,
+        unknown_tradeoff,
+        write_eval,
+    )
 
     model = Model.load()
     out: dict[str, object] = {"model": model.version, "classes": model.classes}
@@ -90,6 +97,14 @@ def main() -> int:
                     "classes": {c: lbl for c, lbl in sorted(LABEL_OF.items()) if "/" in lbl},
                     "note": "CCAs whose traces under the method's profiles differ no more than two "
                     "runs of one CCA do are one class named after both (classifier/README.md)",
+                },
+                # the most likely class before the Unknown rules: the shipped forest beside the
+                # naive Bayes alone (the published method's model) on the same features and traces
+                "peer_top1_recall": {
+                    "forest_heldout_runs": hr["mean_recall_top1"],
+                    "forest_heldout_conditions": hc["mean_recall_top1"],
+                    "naive_bayes_heldout_runs": hr["mean_recall_top1_naive_bayes"],
+                    "naive_bayes_heldout_conditions": hc["mean_recall_top1_naive_bayes"],
                 },
                 "accuracy_heldout_runs": hr["accuracy"],
                 "accuracy_heldout_conditions": hc["accuracy"],
@@ -112,6 +127,9 @@ def main() -> int:
                 "variants_named_as_base_rate": res["variants"]["named_as_base_rate"],
                 "variants_predicted": {k: v["predicted"] for k, v in res["variants"]["per_variant"].items()},
                 "unknown_rate_known": res["unknown_rate_known"],
+                # the calibrated limits (scale 1.0) beside looser and tighter ones: how many
+                # variants each extra known measurement lost to Unknown buys
+                "unknown_tradeoff": unknown_tradeoff(model, us, summ),
                 **(
                     {
                         "recall_merged_identical": {

@@ -10,7 +10,7 @@ import pytest
 from ccscope.trace import Trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
-CCAS = ("cubic", "reno", "bbr", "bbr3", "vegas", "lp")
+CCAS = ("cubic", "reno", "bbr", "bbr2", "bbr3", "vegas", "lp")
 CLASS_OF = {"reno": "reno/dctcp"}  # the class a CCA is trained as (dataset.LABEL_OF)
 
 
