@@ -27,8 +27,12 @@ def test_bad_inputs_give_one_line_errors(tmp_path):
     bad.write_text('{"format": "ccscope-trace/1", "meta": {}}')
     junk = tmp_path / "junk.pcap"
     junk.write_bytes(b"\x00" * 10)
-    for args in (("trace", "show", str(bad)), ("trace", "import", str(junk), "--out", str(tmp_path)),
-                 ("measure", "ftp://example.com/x"), ("shell", "--", "--delay")):
+    for args in (
+        ("trace", "show", str(bad)),
+        ("trace", "import", str(junk), "--out", str(tmp_path)),
+        ("measure", "ftp://example.com/x"),
+        ("shell", "--", "--delay"),
+    ):
         r = run(*args)
         assert r.returncode != 0, args
         assert "Traceback" not in r.stderr and r.stderr.startswith("ccscope: error:"), (args, r.stderr)

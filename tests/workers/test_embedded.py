@@ -46,8 +46,11 @@ def test_campaign_end_to_end_embedded(lab, store, tmp_path):
         store.cache_object(site(c), obj_url(c), 60_000, {"source": "test"}, ttl_seconds=3600)
     camp = store.create_campaign("lab", "lab", 3, ["tcp"], ["default"], ["paris", "tokyo"], "0 3 * * *")
     with EmbeddedWorkers(
-        store, [cfg(tmp_path, "paris", min_gap_seconds=0.5), cfg(tmp_path, "tokyo", min_gap_seconds=0.5)],
-        concurrency=3, retry_base=0.5, retry_cap=2.0,
+        store,
+        [cfg(tmp_path, "paris", min_gap_seconds=0.5), cfg(tmp_path, "tokyo", min_gap_seconds=0.5)],
+        concurrency=3,
+        retry_base=0.5,
+        retry_cap=2.0,
     ) as w:
         outs = w.run_campaign(camp.id, slot="2026-11-22T03:00", timeout=180)
     assert len(outs) == 6
