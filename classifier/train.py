@@ -437,20 +437,19 @@ def unknown_tradeoff(
 
 
 def merged_recall(rows: Sequence[dict[str, Any]], classes: Sequence[str]) -> float | None:
-    rep = {c: "+".join(g) for g in IDENTICAL_GROUPS for c in g}
+    return _mean_recall(rows, classes, "pred", {c: "+".join(g) for g in IDENTICAL_GROUPS for c in g})
+
+
+def _mean_recall(
+    rows: Sequence[dict[str, Any]], classes: Sequence[str], key: str, rep: dict[str, str] | None = None
+) -> float | None:
+    """Mean per-class recall of the prediction under `key`; `rep` names classes counted as one."""
+    rep = rep or {}
     by: dict[str, list[bool]] = defaultdict(list)
     for r in rows:
         if r["label"] in classes:
-            t, p = rep.get(r["label"], r["label"]), rep.get(r["pred"], r["pred"])
+            t, p = rep.get(r["label"], r["label"]), rep.get(r[key], r[key])
             by[t].append(t == p)
-    return float(np.mean([np.mean(v) for v in by.values()])) if by else None
-
-
-def _mean_recall(rows: Sequence[dict[str, Any]], classes: Sequence[str], key: str) -> float | None:
-    by: dict[str, list[bool]] = defaultdict(list)
-    for r in rows:
-        if r["label"] in classes:
-            by[r["label"]].append(r[key] == r["label"])
     return float(np.mean([np.mean(v) for v in by.values()])) if by else None
 
 
