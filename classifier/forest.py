@@ -30,6 +30,11 @@ def _fill(X: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(X), MISSING, X)
 
 
+def _right_children(feature: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """A node's two children are made one after the other, so the right one is never stored."""
+    return np.where(feature >= 0, left + 1, -1)
+
+
 class _TreeBuilder:
     def __init__(self, X: np.ndarray, y: np.ndarray, k: int, max_features: int, min_leaf: int,
                  max_depth: int, rng: np.random.Generator) -> None:  # fmt: skip
@@ -37,8 +42,7 @@ class _TreeBuilder:
         self.max_features, self.min_leaf, self.max_depth, self.rng = max_features, min_leaf, max_depth, rng
         self.feature: list[int] = []
         self.threshold: list[float] = []
-        self.left: list[int] = []
-        self.right: list[int] = []
+        self.left: list[int] = []  # the right child is always left + 1: both are made together
         self.value: list[np.ndarray] = []
 
     def _best_split(self, idx: np.ndarray, feats: np.ndarray) -> tuple[int, float, float]:
@@ -73,7 +77,6 @@ class _TreeBuilder:
         self.feature.append(-1)
         self.threshold.append(0.0)
         self.left.append(-1)
-        self.right.append(-1)
         self.value.append(value)
         return len(self.feature) - 1
 
@@ -99,7 +102,7 @@ class _TreeBuilder:
             ln = self._node(np.bincount(self.y[li], minlength=self.k) / len(li))
             rn = self._node(np.bincount(self.y[ri], minlength=self.k) / len(ri))
             self.feature[node], self.threshold[node] = j, thr
-            self.left[node], self.right[node] = ln, rn
+            self.left[node] = ln
             stack.append((ri, rn, depth + 1))
             stack.append((li, ln, depth + 1))
 
@@ -129,7 +132,7 @@ class RandomForest:
             max(1, round(math.sqrt(p))) if self.max_features == "sqrt" else int(self.max_features)  # type: ignore[arg-type]
         )
         rng = np.random.default_rng(self.seed)
-        feats, thrs, lefts, rights, vals, roots = [], [], [], [], [], []
+        feats, thrs, lefts, vals, roots = [], [], [], [], []
         off = 0
         for _ in range(self.n_trees):
             b = _TreeBuilder(X, yi, len(self.classes_), mf, self.min_leaf, self.max_depth, rng)
@@ -138,13 +141,12 @@ class RandomForest:
             feats += b.feature
             thrs += b.threshold
             lefts += [v + off if v >= 0 else -1 for v in b.left]
-            rights += [v + off if v >= 0 else -1 for v in b.right]
             vals += b.value
             off += len(b.feature)
         self.feature = np.asarray(feats, dtype=np.int64)
         self.threshold = np.asarray(thrs, dtype=np.float64)
         self.left = np.asarray(lefts, dtype=np.int64)
-        self.right = np.asarray(rights, dtype=np.int64)
+        self.right = _right_children(self.feature, self.left)
         self.value = np.asarray(vals, dtype=np.float64)
         self.roots = np.asarray(roots, dtype=np.int64)
         return self
@@ -222,7 +224,7 @@ class RandomForest:
         if not (len(f.threshold) == len(f.left) == n) or len(f.roots) == 0:
             raise ValueError("random forest arrays disagree in length")
         inner = f.feature >= 0
-        f.right = np.where(inner, f.left + 1, -1)
+        f.right = _right_children(f.feature, f.left)
         if (
             np.any(f.feature >= f.n_features_)
             or np.any(inner & ((f.left <= np.arange(n)) | (f.right <= np.arange(n)) | (f.right >= n)))
