@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,25 +133,23 @@ def test_forest_missing_feature_is_a_value() -> None:
     assert f.predict(np.array([[np.nan], [0.65]])) == ["vegas", "cubic"]
 
 
-def test_forest_rejects_hostile_documents() -> None:
+@pytest.mark.parametrize(
+    ("field", "change", "message"),
+    [
+        ("left", lambda v: [0, *v[1:]], "outside"),  # a node pointing at itself would walk forever
+        ("threshold", lambda v: v[:-1], "length"),
+        ("feature", lambda v: [99, *v[1:]], "outside"),
+        ("leaf", lambda v: v[:-1], "leaf table"),
+    ],
+)
+def test_forest_rejects_hostile_documents(field: str, change: Any, message: str) -> None:
     X, y = _blobs(1)
     d = RandomForest(n_trees=2, seed=0).fit(X, y).to_dict()
-    loop = json.loads(json.dumps(d))
-    loop["left"][0] = 0  # a node that points at itself would walk forever
-    with pytest.raises(ValueError, match="outside"):
-        RandomForest.from_dict(loop)
-    short = json.loads(json.dumps(d))
-    short["threshold"] = short["threshold"][:-1]
-    with pytest.raises(ValueError, match="length"):
-        RandomForest.from_dict(short)
-    wrong = json.loads(json.dumps(d))
-    wrong["feature"][0] = 99
-    with pytest.raises(ValueError, match="outside"):
-        RandomForest.from_dict(wrong)
-    leaves = json.loads(json.dumps(d))
-    leaves["leaf"] = leaves["leaf"][:-1]
-    with pytest.raises(ValueError, match="leaf table"):
-        RandomForest.from_dict(leaves)
+    with pytest.raises(ValueError, match=message):
+        RandomForest.from_dict({**d, field: change(d[field])})
+
+
+def test_forest_rejects_other_documents() -> None:
     with pytest.raises(ValueError, match="not a random forest"):
         RandomForest.from_dict({"kind": "gnb"})
 
