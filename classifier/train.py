@@ -130,10 +130,6 @@ def _trace_rows(
 
 FOREST_TREES = 200  # held-out recall moved up to 0.05 between seeds at 100 trees, 0.02-0.03 at 200-300
 FOREST_SEED = 20261122
-# Each training measurement also enters the forest with one profile only (the other missing), so
-# a single trace (an imported Nebby CSV, a measurement whose other profile failed) still meets
-# trees that learnt to decide without it.
-FOREST_SINGLE_PROFILE_ROWS = True
 
 
 def fit_forest(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) -> RandomForest:
@@ -144,7 +140,10 @@ def fit_forest(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) 
             continue
         X.append(forest_row(model, ss))
         y.append(u.label)
-        if FOREST_SINGLE_PROFILE_ROWS and len(ss) > 1:
+        # each measurement also enters with one profile only (the other missing), so a single
+        # trace (an imported Nebby CSV, a measurement whose other profile failed) still meets
+        # trees that learnt to decide without it
+        if len(ss) > 1:
             for s in ss:
                 X.append(forest_row(model, [s]))
                 y.append(u.label)
