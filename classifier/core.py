@@ -68,6 +68,7 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
             for c, p in sorted(d.shape_probabilities.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
         ],
         "typicality": d.typicality,
+        "atypicality": d.atypicality,
         # classes this measurement cannot rule out (posterior within 5x of the best): CCAs that
         # behave identically under the method's profiles (e.g. DCTCP without ECN marks is Reno)
         "also_consistent_with": [c for c, p in top[1:] if p >= 0.2 * top[0][1]],

@@ -31,6 +31,12 @@ from typing import Any
 import numpy as np
 
 
+def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
+    """exp(z) normalised along `axis`, shifted by the maximum first so nothing overflows."""
+    e = np.exp(z - z.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
 class GaussianNB:
     def __init__(
         self,
@@ -146,10 +152,7 @@ class GaussianNB:
         return out
 
     def proba_from_jll(self, jll: np.ndarray) -> np.ndarray:
-        z = jll / self.temperature
-        z = z - z.max(axis=1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(axis=1, keepdims=True)
+        return softmax(jll / self.temperature, axis=1)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return self.proba_from_jll(self.joint_log_likelihood(X))

@@ -20,7 +20,7 @@ import numpy as np
 
 from ccscope.classifier.features import FEATURES
 from ccscope.classifier.forest import RandomForest
-from ccscope.classifier.gnb import GaussianNB
+from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -196,6 +196,7 @@ class Decision:
     typicality: float
     reasons: list[str]
     shape_probabilities: dict[str, float] = field(default_factory=dict)  # the naive Bayes' alone
+    atypicality: float = 0.0  # the worst used feature's |z| against `best`, over its LOCO limit
 
 
 def forest_row(model: Model, use: Sequence[TraceSummary]) -> np.ndarray:
@@ -211,12 +212,6 @@ def forest_row(model: Model, use: Sequence[TraceSummary]) -> np.ndarray:
             row[i : i + n] = np.asarray(s.features, dtype=np.float64)[model.used_index]
             row[i + n : i + n + d] = [s.detectors.get(k, np.nan) for k in DETECTOR_CLASS]
     return row
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max()
-    e = np.exp(z)
-    return e / e.sum()
 
 
 def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
@@ -236,13 +231,13 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         floor_j = float(j.min()) - 50.0
         jll += np.array([j[pos[c]] if c in pos else floor_j for c in model.classes])
         typ = np.maximum(typ, np.array([ty[pos[c]] if c in pos else 1e4 for c in model.classes]))
-    shape = _softmax(jll / model.temperature)
+    shape = softmax(jll / model.temperature)
     pr = shape
     if model.forest is not None:
         votes = model.forest.predict_proba(forest_row(model, use)[None])[0]
         vi = {c: i for i, c in enumerate(model.forest.classes_)}
         v = np.array([votes[vi[c]] if c in vi else 0.0 for c in model.classes])
-        pr = _softmax(np.log(v + FOREST_EPS) / model.forest_temperature)
+        pr = softmax(np.log(v + FOREST_EPS) / model.forest_temperature)
     k = int(np.argmax(pr))
     best = model.classes[k]
     probs = {c: float(v) for c, v in zip(model.classes, pr, strict=True)}
@@ -280,6 +275,7 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         float(typ[k]),
         reasons,
         {c: float(v) for c, v in zip(model.classes, shape, strict=True)},
+        float(atyp),
     )
 
 

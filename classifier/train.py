@@ -38,7 +38,6 @@ from ccscope.classifier.model import (
     FAMILY,
     Model,
     TraceSummary,
-    atypicality,
     data_hash,
     decide,
     feature_z,
@@ -295,6 +294,7 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
         ev = v.evidence or {}
         top = ev.get("top_classes") or [{"class": "insufficient"}]
         shape = ev.get("shape_model_top") or top
+        usable = v.kind != "insufficient"
         preds[u.split].append(
             {
                 "condition": u.condition,
@@ -308,6 +308,14 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
                 # and by the naive Bayes alone (the method's published model, as a peer)
                 "top1": top[0]["class"],
                 "top1_naive_bayes": shape[0]["class"],
+                # how far past the Unknown limits the measurement lies (1.0 = on them), for
+                # `unknown_tradeoff`; None when no trace was usable
+                "unknown_excess": max(
+                    ev["typicality"] / model.typicality_max, ev["atypicality"] / model.atypical_max
+                )
+                if usable
+                else None,
+                "low_confidence": usable and top[0]["p"] < model.min_confidence,
             }
         )
     for split in ("heldout_runs", "heldout_conditions"):
@@ -397,33 +405,27 @@ UNKNOWN_LIMIT_SCALES = (0.6, 0.8, 1.0, 1.5, 2.0)
 
 
 def unknown_tradeoff(
-    model: Model,
-    us: Sequence[Unit],
-    summ: dict[str, TraceSummary],
-    scales: Sequence[float] = UNKNOWN_LIMIT_SCALES,
+    res: dict[str, Any], scales: Sequence[float] = UNKNOWN_LIMIT_SCALES
 ) -> list[dict[str, float]]:
-    """What the Unknown rules trade: with the typicality and per-feature limits scaled by each
-    factor (1.0 = the calibrated model; the confidence floor unchanged, detector vetoes left
-    out), the share of known held-out measurements and of variant measurements that become
-    Unknown, and the share of known ones still named correctly."""
-    known, var = [], []
-    for u in us:
-        if u.split == "train":
-            continue
-        use = [summ[p] for p in u.paths if summ[p].insufficient is None]
-        if not use:
-            continue
-        d = decide(model, use)
-        excess = max(
-            d.typicality / model.typicality_max, atypicality(model, use, d.best) / model.atypical_max
-        )
-        row = (excess, d.probabilities[d.best] < model.min_confidence, d.best == u.label)
-        (var if u.split == "variants" else known).append(row)
+    """What the Unknown rules trade, read off `evaluate`'s predictions: with the typicality and
+    per-feature limits scaled by each factor (1.0 = the calibrated model; the confidence floor
+    unchanged, detector vetoes left out), the share of known held-out measurements and of
+    variant measurements that become Unknown, and the share of known ones still named correctly."""
+
+    def rows(splits: Sequence[str]) -> list[dict[str, Any]]:
+        return [
+            r
+            for sp in splits
+            for r in res.get(sp, {}).get("predictions", [])
+            if r["unknown_excess"] is not None
+        ]
+
+    known, var = rows(("heldout_runs", "heldout_conditions")), rows(("variants",))
     out = []
     for f in scales:
-        ku = [e > f or low for e, low, _ in known]
-        vu = [e > f or low for e, low, _ in var]
-        named = [ok and not unk for (_, _, ok), unk in zip(known, ku, strict=True)]
+        ku = [r["unknown_excess"] > f or r["low_confidence"] for r in known]
+        vu = [r["unknown_excess"] > f or r["low_confidence"] for r in var]
+        named = [r["top1"] == r["label"] and not unk for r, unk in zip(known, ku, strict=True)]
         out.append(
             {
                 "limit_scale": f,

@@ -129,7 +129,7 @@ def main() -> int:
                 "unknown_rate_known": res["unknown_rate_known"],
                 # the calibrated limits (scale 1.0) beside looser and tighter ones: how many
                 # variants each extra known measurement lost to Unknown buys
-                "unknown_tradeoff": unknown_tradeoff(model, us, summ),
+                "unknown_tradeoff": unknown_tradeoff(res),
                 **(
                     {
                         "recall_merged_identical": {

@@ -1,0 +1,42 @@
+"""`ccscope eval`'s scoring on the committed lab traces: confusion, recall, Unknown trade-off."""
+
+from __future__ import annotations
+
+from ccscope.classifier.core import summarise
+from ccscope.classifier.model import Model
+from ccscope.classifier.train import UNKNOWN_LIMIT_SCALES, Unit, evaluate, unknown_tradeoff
+from tests.classifier.conftest import CCAS, CLASS_OF, fixture_path, load
+
+
+def test_evaluate_scores_held_out_pairs_and_variants() -> None:
+    model = Model.load()
+    summ, us = {}, []
+    for cca in CCAS:
+        paths = [str(fixture_path(cca, p)) for p in "AB"]
+        for path, p in zip(paths, "AB", strict=True):
+            summ[path] = summarise(load(cca, p))
+        us.append(Unit(("d5", cca, 2), CLASS_OF.get(cca, cca), cca, "d5", "heldout_runs", paths))
+    # a trained CCA's pair standing in for an untrained variant: scored apart from the known ones
+    us.append(Unit(("d5", "vegas-a6", 2), "vegas-a6", "vegas-a6", "d5", "variants", us[5].paths))
+    # training units are never scored
+    us.append(Unit(("d5", "lp", 0), "lp", "lp", "d5", "train", us[6].paths))
+
+    res = evaluate(model, us, summ)
+
+    hr = res["heldout_runs"]
+    assert hr["units"] == len(CCAS) and res["variants"]["units"] == 1
+    assert hr["mean_recall"] == 1.0 and hr["unknown_rate"] == 0.0  # every pair is named (test_classify)
+    m = hr["confusion"]["matrix"]
+    assert sum(map(sum, m)) == len(CCAS)
+    assert all(m[i][i] == 1 for i, c in enumerate(hr["confusion"]["rows"]) if hr["per_class"][c]["n"])
+    assert res["variants"]["per_variant"]["vegas-a6"]["predicted"] == {"vegas": 1}
+    for r in hr["predictions"]:
+        assert r["unknown_excess"] is not None and r["unknown_excess"] <= 1.0 and not r["low_confidence"]
+
+    trade = unknown_tradeoff(res)
+    assert [t["limit_scale"] for t in trade] == list(UNKNOWN_LIMIT_SCALES)
+    at1 = next(t for t in trade if t["limit_scale"] == 1.0)
+    # the calibrated limits reproduce evaluate's own verdicts (no detector veto fired here)
+    assert at1["unknown_rate_known"] == hr["unknown_rate"] and at1["known_named_correctly"] == 1.0
+    rates = [t["unknown_rate_known"] for t in trade]
+    assert rates == sorted(rates, reverse=True)  # looser limits never flag more
