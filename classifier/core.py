@@ -127,6 +127,13 @@ def _explain(
     if not math.isnan(growth) and abs(growth) > 0.05:
         desc += f" and grew again by {growth:.1f} segments per round trip"
     parts.append(desc + ".")
+    if not any(x.has_congestion_avoidance for x in usable):
+        parts.append(
+            "No trace holds a clean stretch of congestion avoidance (loss recovery lasted to the end "
+            "of the download), so this rests on slow start, the back-off and the recovery alone: "
+            "CCAs that differ only in how they grow the window afterwards (Reno and Veno, say) look "
+            "the same here."
+        )
     det = {n: max(x.detectors.get(n, 0.0) for x in usable) for n in usable[0].detectors}
     if det:
         parts.append(

@@ -84,6 +84,17 @@ class TraceSummary:
     def from_dict(cls, d: dict[str, Any]) -> TraceSummary:
         return cls(d["profile"], list(d["features"]), dict(d["detectors"]), d.get("insufficient"))
 
+    @property
+    def has_congestion_avoidance(self) -> bool:
+        """Whether the trace holds at least one clean congestion-avoidance segment (the growth
+        feature is NaN without one). Without SACK, slow start's overshoot can leave a recovery
+        of one hole per round trip that lasts to the end of the download: such a trace shows
+        the back-off but never how the window grows, where Reno and Veno, say, differ."""
+        if self.insufficient is not None:
+            return False
+        g = float(self.features[FEATURES.index("growth")])
+        return not math.isnan(g)
+
 
 @dataclass
 class Model:

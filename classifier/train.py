@@ -316,6 +316,8 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
                 if usable
                 else None,
                 "low_confidence": usable and top[0]["p"] < model.min_confidence,
+                # whether a profile's trace shows the window growing after a back-off at all
+                "congestion_avoidance": any(summ[p].has_congestion_avoidance for p in u.paths),
             }
         )
     for split in ("heldout_runs", "heldout_conditions"):
@@ -345,6 +347,17 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
             if known
             else None,
             "per_class": per,
+            # recall where some trace holds congestion avoidance vs where none does (the shape
+            # of window growth, the method's main evidence, is then missing)
+            "by_congestion_avoidance": {
+                k: {
+                    "units": len(rr),
+                    "mean_recall": _mean_recall(rr, classes, "pred"),
+                    "accuracy": float(np.mean([r["pred"] == r["label"] for r in rr])) if rr else None,
+                }
+                for k, want in (("with", True), ("without", False))
+                for rr in [[r for r in known if r["congestion_avoidance"] is want]]
+            },
             "confusion": {
                 "rows": classes,
                 "cols": cols,

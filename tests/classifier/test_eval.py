@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from ccscope.classifier import classify
 from ccscope.classifier.core import summarise
 from ccscope.classifier.model import Model
 from ccscope.classifier.train import UNKNOWN_LIMIT_SCALES, Unit, evaluate, unknown_tradeoff
 from tests.classifier.conftest import CCAS, CLASS_OF, fixture_path, load
+
+
+def test_congestion_avoidance_is_told_apart_from_a_recovery_to_the_end() -> None:
+    # profile B's Reno download never leaves the recovery slow start's overshoot began
+    # (no SACK: one hole per round trip); profile A's recovers and grows again
+    a, b = summarise(load("reno", "A")), summarise(load("reno", "B"))
+    assert a.has_congestion_avoidance and not b.has_congestion_avoidance
+    v = classify([load("reno", "B")])
+    assert "No trace holds a clean stretch of congestion avoidance" in v.explanation
+    assert "congestion avoidance" not in classify([load("reno", "A")]).explanation
 
 
 def test_evaluate_scores_held_out_pairs_and_variants() -> None:
@@ -30,6 +41,8 @@ def test_evaluate_scores_held_out_pairs_and_variants() -> None:
     assert sum(map(sum, m)) == len(CCAS)
     assert all(m[i][i] == 1 for i, c in enumerate(hr["confusion"]["rows"]) if hr["per_class"][c]["n"])
     assert res["variants"]["per_variant"]["vegas-a6"]["predicted"] == {"vegas": 1}
+    by_ca = hr["by_congestion_avoidance"]
+    assert by_ca["with"]["units"] == len(CCAS) and by_ca["without"]["units"] == 0
     for r in hr["predictions"]:
         assert r["unknown_excess"] is not None and r["unknown_excess"] <= 1.0 and not r["low_confidence"]
 
