@@ -40,7 +40,7 @@ class FetchResult:
     remote_port: int = 0
     local_port: int = 0
     redirects: list[str] = field(default_factory=list)
-    truncated: bool = False  # stopped at max_bytes or the deadline
+    truncated: bool = False  # stopped at max_bytes or the deadline, or the body ended short
     error: str | None = None
 
 
@@ -69,6 +69,12 @@ def _connect(target: Target, deadline: float, cafile: str | None) -> socket.sock
                 raise FetchError(f"TLS handshake with {target.host} failed: {e}") from None
         return sock
     raise FetchError(f"cannot connect to {target.host}:{target.port}: {last}")
+
+
+def _content_length(headers: dict[str, str]) -> int | None:
+    """The declared body length; None when absent or not a plain non-negative integer."""
+    v = headers.get("content-length", "")
+    return int(v) if v.isdigit() else None
 
 
 def _read_head(sock: socket.socket, deadline: float) -> tuple[int, dict[str, str], bytes]:
@@ -150,6 +156,11 @@ def fetch(
                     break
                 res.bytes += len(chunk)
             else:
+                res.truncated = True
+            expected = _content_length(headers)
+            if expected is not None and res.bytes < expected:
+                # the server closed before the body was complete (a send timeout in a long loss
+                # recovery, say): the trace is a cut download, not a whole one
                 res.truncated = True
             res.final_url = current
             res.seconds = time.monotonic() - start

@@ -46,6 +46,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(b"y" * 65536)
             except OSError:
                 pass
+        elif self.path == "/short":
+            # declares 100 kB, sends 10 kB and closes: a server that gave up mid-transfer
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"s" * 10000)
+            self.close_connection = True
         elif self.path == "/hugeheaders":
             self.send_response(200)
             for i in range(2000):
@@ -82,6 +90,11 @@ def test_follows_redirects_but_not_forever(server):
 def test_endless_body_is_bounded(server):
     r = fetch(f"{server}/endless", lab=True, max_bytes=1_000_000)
     assert r.truncated and 1_000_000 <= r.bytes < 1_200_000
+
+
+def test_body_ending_before_its_content_length_is_marked_truncated(server):
+    r = fetch(f"{server}/short", lab=True)
+    assert (r.status, r.bytes, r.truncated) == (200, 10000, True)
 
 
 def test_huge_headers_refused(server):
