@@ -586,6 +586,10 @@ def train_and_eval(
     return model, res
 
 
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def write_eval(res: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
@@ -598,6 +602,15 @@ def write_eval(res: dict[str, Any], out: Path) -> None:
         if mr is not None and IDENTICAL_GROUPS:
             groups = ", ".join("+".join(g) for g in IDENTICAL_GROUPS)
             md.append(f"Mean recall, {split.replace('_', ' ')}, merging identical CCAs ({groups}): {mr:.3f}")
+    for split in ("heldout_runs", "heldout_conditions"):
+        ca = res.get(split, {}).get("by_congestion_avoidance")
+        if ca:
+            w, wo = ca["with"], ca["without"]
+            md.append(
+                f"Mean recall, {split.replace('_', ' ')}, measurements with / without congestion "
+                f"avoidance in a trace: {_fmt(w['mean_recall'])} ({w['units']}) / "
+                f"{_fmt(wo['mean_recall'])} ({wo['units']})"
+            )
     md.append("")
     md.append(f"Unknown rate on untrained variants: {res['variants']['unknown_rate']:.3f}")
     md.append(f"Variants named as the CCA they vary: {res['variants']['named_as_base_rate']:.3f}")

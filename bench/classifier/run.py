@@ -106,6 +106,12 @@ def main() -> int:
                     "naive_bayes_heldout_runs": hr["mean_recall_top1_naive_bayes"],
                     "naive_bayes_heldout_conditions": hc["mean_recall_top1_naive_bayes"],
                 },
+                # measurements where some profile's trace holds congestion avoidance vs where
+                # slow start's no-SACK recovery lasts the whole download (classifier/README.md)
+                "recall_by_congestion_avoidance": {
+                    "heldout_runs": hr["by_congestion_avoidance"],
+                    "heldout_conditions": hc["by_congestion_avoidance"],
+                },
                 "accuracy_heldout_runs": hr["accuracy"],
                 "accuracy_heldout_conditions": hc["accuracy"],
                 "units_heldout_runs": hr["units"],
