@@ -15,6 +15,7 @@ capture files are header-only (caplen = IP+TCP headers, orig_len = full packet).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +49,8 @@ class TCPSegment:
     window: int
     payload_len: int
     header_len: int
+    # SACK blocks (left edge, right edge) as sent, modulo 2^32; () without a SACK option
+    sack: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,39 @@ class UDPDatagram:
 def _count(reasons: dict[str, int] | None, key: str) -> None:
     if reasons is not None:
         reasons[key] = reasons.get(key, 0) + 1
+
+
+TCPOPT_EOL, TCPOPT_NOP, TCPOPT_SACK = 0, 1, 5
+MAX_SACK_BLOCKS = 4  # 40 option bytes hold at most 4 blocks (3 beside timestamps)
+
+
+def sack_blocks(opts: bytes) -> tuple[tuple[int, int], ...]:
+    """The SACK blocks in a TCP option area (RFC 2018), as (left, right) edges mod 2^32.
+
+    Hostile or damaged option areas (a length that runs past the end, a length below 2, a SACK
+    option whose length is not 2 + 8n) yield no blocks rather than an error: SACK only refines
+    the pipe estimate, and a bad option must not cost the packet."""
+    i, n = 0, len(opts)
+    while i < n:
+        kind = opts[i]
+        if kind == TCPOPT_EOL:
+            break
+        if kind == TCPOPT_NOP:
+            i += 1
+            continue
+        if i + 1 >= n:
+            return ()
+        ln = opts[i + 1]
+        if ln < 2 or i + ln > n:
+            return ()
+        if kind == TCPOPT_SACK:
+            k = (ln - 2) // 8
+            if (ln - 2) % 8 or not 1 <= k <= MAX_SACK_BLOCKS:
+                return ()
+            edges = struct.unpack_from(f"!{2 * k}I", opts, i + 2)
+            return tuple((edges[2 * j], edges[2 * j + 1]) for j in range(k))
+        i += ln
+    return ()
 
 
 def parse_ip(
@@ -134,7 +170,10 @@ def parse_ip(
         if doff < 20 or doff > l4len:
             _count(reasons, "malformed")
             return None
-        return TCPSegment(src, dst, sport, dport, seq, ack, flg | ((offf & 1) << 8), win, l4len - doff, doff)
+        # options are read only as far as the capture holds them
+        opts = bytes(pkt[l4 + 20 : min(l4 + doff, n)])
+        flags = flg | ((offf & 1) << 8)
+        return TCPSegment(src, dst, sport, dport, seq, ack, flags, win, l4len - doff, doff, sack_blocks(opts))
     if proto == PROTO_UDP:
         if n < l4 + 8 or l4len < 8:
             _count(reasons, "malformed")
@@ -168,6 +207,11 @@ class SegmentTable:
     window: np.ndarray  # int64
     payload_len: np.ndarray  # int64
     ack_present: np.ndarray  # bool: the source gave an ack value for this row
+    # SACK blocks per row: edges modulo 2^32 in (n, MAX_SACK_BLOCKS) int64 arrays; sack_n says
+    # how many of a row's slots are used (0: no SACK option, or none readable)
+    sack_n: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    sack_le: np.ndarray = field(default_factory=lambda: np.zeros((0, MAX_SACK_BLOCKS), dtype=np.int64))
+    sack_re: np.ndarray = field(default_factory=lambda: np.zeros((0, MAX_SACK_BLOCKS), dtype=np.int64))
     flags_known: bool = True
     window_known: bool = True
     has_addresses: bool = True
@@ -201,6 +245,11 @@ class SegmentTable:
             t.sport[i], t.dport[i] = s.sport, s.dport
             t.seq[i], t.ack[i] = s.seq, s.ack
             t.flags[i], t.window[i], t.payload_len[i] = s.flags, s.window, s.payload_len
+            if s.sack:
+                k = min(len(s.sack), MAX_SACK_BLOCKS)
+                t.sack_n[i] = k
+                for j, (le, re) in enumerate(s.sack[:k]):
+                    t.sack_le[i, j], t.sack_re[i, j] = le, re
         t.counts = dict(counts or {})
         return t
 
@@ -223,12 +272,15 @@ class SegmentTable:
             window=i64.copy(),
             payload_len=i64.copy(),
             ack_present=np.ones(n, dtype=bool),
+            sack_n=np.zeros(n, dtype=np.int8),
+            sack_le=np.zeros((n, MAX_SACK_BLOCKS), dtype=np.int64),
+            sack_re=np.zeros((n, MAX_SACK_BLOCKS), dtype=np.int64),
         )
 
 
 _COLUMNS = (
     "ts_ns", "v6", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport",
-    "seq", "ack", "flags", "window", "payload_len", "ack_present",
+    "seq", "ack", "flags", "window", "payload_len", "ack_present", "sack_n", "sack_le", "sack_re",
 )  # fmt: skip
 
 
@@ -354,12 +406,60 @@ def parse_batch(
         t.flags = g(ro, l4r + 13) | ((b12 & 1) << 8)
         t.window = be16(ro, l4r + 14)
         t.payload_len = l4len[rows] - (b12 >> 4) * 4
+        # option bytes the capture holds: from the fixed header's end to doff or caplen
+        o_end = np.minimum((b12 >> 4) * 4, ip_caplen[rows] - l4r)
+        _sack_batch(g, ro + l4r + 20, o_end - 20, t)
 
     slow_rows = np.flatnonzero(slow)
     if len(slow_rows):
         t = _merge_slow(t, data, ts_ns, ip_off, ip_caplen, ip_orig_len, slow_rows, counts)
     t.counts = counts
     return t
+
+
+_Gather = Callable[[np.ndarray, np.ndarray | int], np.ndarray]  # parse_batch's byte reader
+
+
+def _sack_batch(g: _Gather, base: np.ndarray, olen: np.ndarray, t: SegmentTable) -> None:
+    """`sack_blocks` for every row at once: one vectorised step of the option walk per option,
+    over the rows still walking (a real option area holds at most a handful of options, and 40
+    bytes bound the walk). Same rules: a damaged area yields no blocks."""
+    # most segments carry only Linux's NOP NOP timestamp (12 bytes): nothing to walk there
+    ts_only = (olen == 12) & (g(base, 0) == TCPOPT_NOP) & (g(base, 1) == TCPOPT_NOP) & (g(base, 2) == 8)
+    rows = np.flatnonzero((olen > 0) & ~ts_only)
+    pos = np.zeros(len(rows), dtype=np.int64)
+    b, ln = base[rows], olen[rows]
+    for _ in range(40):
+        if len(rows) == 0:
+            break
+        live = pos < ln
+        rows, pos, b, ln = rows[live], pos[live], b[live], ln[live]
+        if len(rows) == 0:
+            break
+        kind = g(b, pos)
+        nop = kind == TCPOPT_NOP
+        olen_i = np.where(pos + 1 < ln, g(b, pos + 1), 0)
+        bad = ~nop & (kind != TCPOPT_EOL) & ((pos + 1 >= ln) | (olen_i < 2) | (pos + olen_i > ln))
+        sack = ~nop & ~bad & (kind == TCPOPT_SACK)
+        if sack.any():
+            k = (olen_i[sack] - 2) // 8
+            ok = ((olen_i[sack] - 2) % 8 == 0) & (k >= 1) & (k <= MAX_SACK_BLOCKS)
+            r_s, b_s, p_s, k_s = rows[sack][ok], b[sack][ok], pos[sack][ok], k[ok]
+            t.sack_n[r_s] = k_s
+            for j in range(MAX_SACK_BLOCKS):
+                m = k_s > j
+                if m.any():
+                    o = p_s[m] + 2 + 8 * j
+                    t.sack_le[r_s[m], j] = _be32(g, b_s[m], o)
+                    t.sack_re[r_s[m], j] = _be32(g, b_s[m], o + 4)
+        # a row stops at the end of its list, a damaged option or its SACK option
+        go = ~bad & ~sack & (kind != TCPOPT_EOL)
+        step = np.where(nop, 1, olen_i)
+        rows, pos, b, ln = rows[go], pos[go] + step[go], b[go], ln[go]
+
+
+def _be32(g: _Gather, base: np.ndarray, k: np.ndarray) -> np.ndarray:
+    return (g(base, k) << 24) | (g(base, k + 1) << 16) | (g(base, k + 2) << 8) | g(base, k + 3)
 
 
 def _be64(u8: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -441,6 +441,8 @@ def _flow_trace(
     mse = np.maximum.accumulate(mse_in)
     mack = np.maximum.accumulate(mack_in)
     bif = np.maximum(mse - mack, 0)
+    sack_at_ack = _sack_scoreboard(t, idx, cli_ack, a_rel, mack, mse)
+    sacked = None if sack_at_ack is None else np.minimum(_ffill_acks(sack_at_ack), bif)
     mse_prev = np.concatenate([[0], mse[:-1]])
     mack_prev = np.concatenate([[floor], mack[:-1]])
 
@@ -494,6 +496,8 @@ def _flow_trace(
             mack = np.maximum.accumulate(mack_in[order])
             bif = np.maximum(mse - mack, 0)
             retx, dup = retx[order], dup[order]
+            if sack_at_ack is not None:
+                sacked = np.minimum(_ffill_acks(sack_at_ack[order]), bif)
             alignment = "sender"
 
     t0 = int(ts[0])
@@ -508,6 +512,7 @@ def _flow_trace(
         "dupacks": int(np.count_nonzero(dup)),
         "visible_rtt_ms": visible_ms,
         "handshake": bool(handshake or inferred),
+        "sack": sacked is not None,
     }
     if note:
         extra["alignment_note"] = note
@@ -522,6 +527,7 @@ def _flow_trace(
         internet_rtt_ms=internet_ms,
         bytes_acked=bytes_acked,
         alignment=alignment,
+        columns={} if sacked is None else {"sacked": sacked},
         events={
             "retransmit": t_rel[retx].tolist(),
             "dupack": t_rel[dup].tolist(),
@@ -529,6 +535,73 @@ def _flow_trace(
         extra=extra,
     )
     return payload, trace
+
+
+def _sack_scoreboard(
+    t: SegmentTable,
+    idx: np.ndarray,
+    cli_ack: np.ndarray,
+    a_rel: np.ndarray,
+    mack: np.ndarray,
+    mse: np.ndarray,
+) -> np.ndarray | None:
+    """Bytes the client holds above its cumulative ACK, as its SACK blocks report them, at every
+    client ACK row (-1 at other rows); None when the flow carries no SACK block.
+
+    A receiver holding out-of-order data puts SACK blocks in every ACK (RFC 2018), so an ACK
+    without them empties the scoreboard; an ACK reports at most 3-4 blocks, so blocks persist
+    from earlier ACKs until the cumulative ACK passes them (the sender's scoreboard does the
+    same). Blocks at or below the cumulative ACK (D-SACK) and beyond what the server has sent
+    (a hostile or broken receiver) are ignored or clipped: SACKed bytes never exceed BiF."""
+    k = t.sack_n[idx]
+    has = cli_ack & (k > 0)
+    if not has.any():
+        return None
+    out = np.where(cli_ack, 0, -1).astype(np.int64)
+    raw_ack = t.ack[idx]
+    le_d = (t.sack_le[idx] - raw_ack[:, None] + _H32) % _M32 - _H32  # signed offsets from the ACK
+    re_d = (t.sack_re[idx] - raw_ack[:, None] + _H32) % _M32 - _H32
+    resets = np.cumsum(cli_ack & ~has)  # an ACK without blocks in between empties the board
+    board: list[tuple[int, int]] = []
+    prev_reset = -1
+    for r in np.flatnonzero(has).tolist():
+        if resets[r] != prev_reset:
+            board, prev_reset = [], int(resets[r])
+        cum, top, base = int(mack[r]), int(mse[r]), int(a_rel[r])
+        for j in range(int(k[r])):
+            le, re = max(base + int(le_d[r, j]), cum), min(base + int(re_d[r, j]), top)
+            if re > le:
+                board = _merge_block(board, le, re)
+        board = [(max(a, cum), b) for a, b in board if b > cum]
+        out[r] = sum(b - a for a, b in board)
+    return out
+
+
+def _merge_block(board: list[tuple[int, int]], le: int, re: int) -> list[tuple[int, int]]:
+    """Insert [le, re) into a sorted list of disjoint intervals, merging what it touches."""
+    out: list[tuple[int, int]] = []
+    placed = False
+    for a, b in board:
+        if b < le:
+            out.append((a, b))
+        elif a > re:
+            if not placed:
+                out.append((le, re))
+                placed = True
+            out.append((a, b))
+        else:
+            le, re = min(a, le), max(b, re)
+    if not placed:
+        out.append((le, re))
+    return out
+
+
+def _ffill_acks(v: np.ndarray) -> np.ndarray:
+    """Each row takes the value of the latest ACK row at or before it (-1 marks non-ACK rows;
+    rows before the first ACK get 0)."""
+    pos = np.where(v >= 0, np.arange(len(v)), -1)
+    last = np.maximum.accumulate(pos)
+    return np.where(last >= 0, v[np.maximum(last, 0)], 0)
 
 
 def _server_by_payload(t: SegmentTable, idx: np.ndarray, src: np.ndarray) -> int:

@@ -18,7 +18,7 @@ import gzip
 import io
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,19 @@ class Trace:
     @property
     def transport(self) -> str:
         return self.flow.transport
+
+    @property
+    def pipe(self) -> np.ndarray:
+        """Bytes in the network: BiF less the bytes the receiver reported holding out of order
+        (the `sacked` column a capture with SACK carries); BiF itself without that column."""
+        sacked = self.columns.get("sacked")
+        if sacked is None:
+            return self.bif
+        return np.maximum(self.bif - sacked.astype(np.int64), 0)
+
+    def with_bif(self, bif: np.ndarray) -> Trace:
+        """The same trace carrying another series as its BiF (e.g. the pipe, to score it)."""
+        return replace(self, bif=np.asarray(bif), columns={})
 
     @property
     def duration(self) -> float:

@@ -35,6 +35,7 @@ class Pkt:
     flags: int
     plen: int = 0
     window: int = 65535
+    sack: tuple[tuple[int, int], ...] = ()  # SACK blocks, relative to the peer's ISN
 
 
 @dataclass
@@ -57,9 +58,9 @@ class Flow:
 
     def c(
         self, t: float, ack: int, plen: int = 0, flags: int = TCP_ACK, seq: int = 1,
-        window: int = 65535,
+        window: int = 65535, sack: tuple[tuple[int, int], ...] = (),
     ) -> Flow:  # fmt: skip
-        self.pkts.append(Pkt(t, False, seq, ack, flags, plen, window))
+        self.pkts.append(Pkt(t, False, seq, ack, flags, plen, window, sack))
         return self
 
     def handshake(self, t: float = 0.0, rtt: float = 0.05, request: int = 100) -> Flow:
@@ -85,6 +86,9 @@ class Flow:
             if not p.flags & TCP_ACK:
                 ack = 0
             opts = b"\x01\x01\x08\x0a" + struct.pack("!II", 1, 2)  # NOP NOP timestamps
+            if p.sack:  # as Linux writes it: NOP NOP SACK after the timestamps
+                isn = self.server_isn if not p.from_server else self.client_isn
+                opts += sack_option([((isn + a) % 2**32, (isn + b) % 2**32) for a, b in p.sack])
             tcp = tcp_header(sp, dp, seq, ack, p.flags, p.window, opts)
             if v6:
                 hdr, wire = ipv6_tcp(a, b, tcp, p.plen, ext=self.v6_ext)
@@ -92,6 +96,29 @@ class Flow:
                 hdr, wire = ipv4_tcp(a, b, tcp, p.plen)
             out.append((self.t0_ns + round(p.t * NS), hdr, wire))
         return out
+
+
+def sack_option(blocks: Iterable[tuple[int, int]], nops: bool = True) -> bytes:
+    """A SACK option (kind 5) with absolute edges, led by two NOPs as Linux aligns it."""
+    bl = list(blocks)
+    body = b"".join(struct.pack("!II", a, b) for a, b in bl)
+    return (b"\x01\x01" if nops else b"") + bytes([5, 2 + 8 * len(bl)]) + body
+
+
+def sack_loss_flow(**kw: object) -> Flow:
+    """Ten 100-byte segments (relative seq 1..1001); the third (201-301) is dropped after the
+    capture point; the client SACKs what follows and the retransmission fills the hole."""
+    f = Flow(**kw)  # type: ignore[arg-type]
+    f.handshake()  # request: client bytes 1..101
+    for i in range(10):
+        f.s(0.20 + 0.01 * i, 1 + 100 * i, 100, ack=101)
+    f.c(0.30, 101, seq=101)
+    f.c(0.31, 201, seq=101)
+    for k in range(7):  # segments 4..10 arrive: the hole stays at 201
+        f.c(0.32 + 0.01 * k, 201, seq=101, sack=((301, 401 + 100 * k),))
+    f.s(0.40, 201, 100, ack=101)  # retransmission
+    f.c(0.50, 1001, seq=101)
+    return f
 
 
 def plain_flow(**kw: object) -> Flow:
@@ -281,7 +308,7 @@ def flow_csv(flow: Flow, *, sep: str = ",", flags: bool = False, quote: bool = F
 
 
 def seed_pcaps() -> list[bytes]:
-    """Small, varied captures: fuzzing seeds (classic, pcapng, link types, IPv6, loss)."""
+    """Small, varied captures: fuzzing seeds (classic, pcapng, link types, IPv6, loss, SACK)."""
     import io
 
     out = []
@@ -289,12 +316,13 @@ def seed_pcaps() -> list[bytes]:
         plain_flow(),
         bulk_flow(n_data=40, loss=0.1, server_isn=2**32 - 100),
         bulk_flow(n_data=30, server=SERVER6, client=CLIENT6, loss=0.1),
+        sack_loss_flow(server_isn=2**32 - 500),
     ]
     flows[2].v6_ext = [(0, bytes(6))]
     for i, f in enumerate(flows):
         buf = io.BytesIO()
-        frame = [lambda ip: ip, ethernet, sll][i]
-        lt = [LINKTYPE_RAW, 1, 113][i]
+        frame = [lambda ip: ip, ethernet, sll, lambda ip: ip][i]
+        lt = [LINKTYPE_RAW, 1, 113, LINKTYPE_RAW][i]
         with PcapWriter(buf, linktype=lt, nanosecond=i != 1, byteorder="<>"[i % 2]) as w:
             for ts, ip, wire in f.packets():
                 fr = frame(ip)

@@ -64,6 +64,7 @@ def check_result(res: CaptureResult) -> None:
     for tr in res.traces:
         tr.validate()
         assert np.all(tr.bif >= 0)
+        assert np.all(tr.pipe >= 0) and np.all(tr.pipe <= tr.bif)
         assert tr.t[0] == 0.0
         assert tr.bytes_acked >= 0
         assert all(np.isfinite(v) for v in tr.events["retransmit"] + tr.events["dupack"])
@@ -101,6 +102,7 @@ def pcap_target(data: bytes) -> None:
         assert [t.flow for t in slow.traces] == [t.flow for t in res.traces]
         for a, b in zip(res.traces, slow.traces, strict=True):
             assert a.bif.tolist() == b.bif.tolist()
+            assert a.pipe.tolist() == b.pipe.tolist()
             assert a.t.tolist() == b.t.tolist()
             assert a.events == b.events
 

@@ -35,6 +35,8 @@ def _check(res) -> None:  # type: ignore[no-untyped-def]
         tr.validate()
         if (tr.bif < 0).any():
             raise AssertionError("negative bytes in flight")
+        if (tr.pipe < 0).any() or (tr.pipe > tr.bif).any():
+            raise AssertionError("pipe outside [0, BiF]")
 
 
 def one_pcap(data: bytes) -> None:
@@ -46,7 +48,9 @@ def one_pcap(data: bytes) -> None:
     _check(res)
     rd = PcapReader(data)
     slow = traces_from_packets(rd, align=align, partial=rd.truncated)
-    if [t.bif.tolist() for t in slow.traces] != [t.bif.tolist() for t in res.traces]:
+    if [(t.bif.tolist(), t.pipe.tolist()) for t in slow.traces] != [
+        (t.bif.tolist(), t.pipe.tolist()) for t in res.traces
+    ]:
         raise AssertionError("vectorised and per-packet paths disagree")
 
 
