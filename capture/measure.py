@@ -193,17 +193,20 @@ def measure_profile(
 def _compare_with_groundtruth(
     flow: Trace, sender: Trace, profile: Profile, run_id: str
 ) -> dict[str, Any] | None:
-    from ccscope.lab.groundtruth import compare_bif, find_groundtruth
+    from ccscope.lab.groundtruth import compare_bif, compare_pipe, find_groundtruth
 
     truth = find_groundtruth(run_id=run_id, trace=flow, wait_s=5.0)
     if truth is None:
         return None
     bdp = profile.bdp_bytes(flow.internet_rtt_ms or 0.0) or 1.0
-    return {
+    out = {
         "cca": truth.extra.get("cca"),
         "capture": compare_bif(flow, truth, bdp_bytes=bdp),
         "sender": compare_bif(sender, truth, bdp_bytes=bdp),
     }
+    if "sacked" in sender.columns:  # with SACK the pipe is measured too: score it
+        out["sender_pipe"] = compare_pipe(sender, truth, bdp_bytes=bdp)
+    return out
 
 
 def measure(

@@ -117,6 +117,8 @@ def record_trace(rec: GroundTruthRecord) -> Trace:
             "pacing_rate": c["pacing_rate"],
             "srtt_ms": c["rtt_us"] / 1000.0,
             "bif_unacked": c["bif_unacked"],
+            # the kernel's own pipe (tcp_packets_in_flight): unacked - sacked - lost + retrans
+            "in_flight": (c["unacked"] - c["sacked"] - c["lost"] + c["retrans"]) * mss,
             "delivery_rate": c["delivery_rate"],
             "ca_state": c["ca_state"],
             "bytes_acked": c["bytes_acked"],
@@ -373,6 +375,14 @@ def compare_bif(
         "mae_pct_bdp_best_lag": _pct(best_mae, bdp_bytes),
     })  # fmt: skip
     return out
+
+
+def compare_pipe(measured: Trace, truth: Trace, **kw: Any) -> dict[str, Any]:
+    """`compare_bif` for the pipe: the measured BiF less SACKed bytes against the sender's own
+    packets in flight (TCP_INFO unacked - sacked - lost + retrans, in bytes)."""
+    if "in_flight" not in truth.columns:
+        return {"error": "the ground truth carries no in-flight column"}
+    return compare_bif(measured.with_bif(measured.pipe), truth.with_bif(truth.columns["in_flight"]), **kw)
 
 
 def _pct(x: float, ref: float | None) -> float | None:

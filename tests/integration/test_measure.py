@@ -28,14 +28,18 @@ def test_measure_lab_cubic_profile_a(lab_up, tmp_path):
     # serialisation of one 100-byte segment (4 ms) and one 52-byte ACK (~2 ms) at 200 kbit/s.
     assert t.internet_rtt_ms == pytest.approx(2 * lab_up.delay_ms, abs=3)
     assert t.base_rtt_ms == pytest.approx(100 + 2 * lab_up.delay_ms + 6.1, abs=3)
-    # (No upper bound from the buffer: without SACK, NewReno recovers one hole per RTT while new
-    # data keeps flowing, so the cumulative ACK can lag far behind; the ground truth agrees.)
     assert t.bif.max() > 0 and np.all(t.bif >= 0)
     g = run.groundtruth
     assert g and g["cca"] == "cubic"
     assert g["sender"]["mae_pct_bdp"] < 10.0, g["sender"]
     sender = Trace.load(run.sender_trace_file)
     assert sender.alignment == "sender"
+    # The profiles negotiate SACK: slow start overflows the 2xBDP queue, the client SACKs what
+    # follows each hole, and BiF less the SACKed bytes follows the server's own packets in
+    # flight (TCP_INFO unacked - sacked - lost + retrans) through the recoveries.
+    assert sender.extra["sack"] and sender.columns["sacked"].max() > 0
+    assert np.all(sender.pipe <= sender.bif)
+    assert g["sender_pipe"]["mae_pct_bdp"] < 10.0, g["sender_pipe"]
 
 
 def test_measure_cli_json_and_refusal(lab_up, tmp_path):
