@@ -129,24 +129,43 @@ class Profile:
             raise ProfileError(f"malformed profile: {e}") from e
 
 
-def nebby_profile(name: str, one_way_delay_ms: float, rate: str = "200kbit") -> Profile:
-    """The published passive profile: 200 kbit/s, 2xBDP drop-tail, tiny MTU, SACK off."""
+def nebby_profile(
+    name: str, one_way_delay_ms: float, rate: str = "200kbit", *, sack: bool = False
+) -> Profile:
+    """The published passive profile: 200 kbit/s, 2xBDP drop-tail, tiny MTU, SACK off (unless
+    `sack`)."""
     d = Direction(delay_ms=one_way_delay_ms, rate=rate, buffer="2bdp")
-    return Profile(name=name, down=d, up=d, mtu=100, sack=False)
+    return Profile(name=name, down=d, up=d, mtu=100, sack=sack)
 
 
+# ccscope's standard profiles are the published ones with SACK on. Without SACK the client's
+# cumulative ACK repairs one hole per round trip (NewReno), so slow start's overshoot of the
+# 2xBDP queue leaves a loss recovery of 100-700 RTTs that often outlasts the download: the trace
+# then shows slow start and one back-off, never how the window grows, and Reno, DCTCP and Veno
+# look the same. With SACK the recovery takes a few RTTs and a 400 KB download holds several
+# congestion-avoidance cycles (classifier/README.md). SACK is also what every real client
+# negotiates, so the server's loss recovery is the one its users get. BiF stays highest
+# sequence sent minus cumulative ACK; the capture also tracks the SACK scoreboard so the pipe
+# (BiF less SACKed bytes) is known through a recovery.
 STANDARD_PROFILES: dict[str, Profile] = {
-    "A": nebby_profile("A", 50.0),
-    "B": nebby_profile("B", 100.0),
+    "A": nebby_profile("A", 50.0, sack=True),
+    "B": nebby_profile("B", 100.0, sack=True),
+}
+# The published method's profiles exactly (SACK off), for comparison runs and imported traces.
+PUBLISHED_PROFILES: dict[str, Profile] = {
+    "NEBBY-A": nebby_profile("nebby-A", 50.0),
+    "NEBBY-B": nebby_profile("nebby-B", 100.0),
 }
 
 
 def get_profile(name: str) -> Profile:
-    try:
-        return STANDARD_PROFILES[name.upper()]
-    except KeyError:
-        known = ", ".join(STANDARD_PROFILES)
-        raise ProfileError(f"unknown profile {name!r} (known: {known})") from None
+    key = name.upper()
+    if key in STANDARD_PROFILES:
+        return STANDARD_PROFILES[key]
+    if key in PUBLISHED_PROFILES:
+        return PUBLISHED_PROFILES[key]
+    known = ", ".join([*STANDARD_PROFILES, *(p.name for p in PUBLISHED_PROFILES.values())])
+    raise ProfileError(f"unknown profile {name!r} (known: {known})")
 
 
 def _num(x: float) -> str:

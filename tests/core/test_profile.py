@@ -4,12 +4,17 @@ from ccscope.errors import ProfileError
 from ccscope.profile import Direction, Profile, first_rate_bps, get_profile
 
 
-def test_standard_profiles_match_the_published_method():
+def test_standard_profiles_are_the_published_method_with_sack():
     a, b = get_profile("A"), get_profile("B")
     assert (a.down.delay_ms, b.down.delay_ms) == (50, 100)
-    assert a.mtu == 100 and not a.sack and a.down.buffer == "2bdp"
+    assert a.mtu == 100 and a.sack and b.sack and a.down.buffer == "2bdp"
+    assert "--no-sack" not in a.link_args()
     assert a.bdp_bytes() == pytest.approx(200e3 / 8 * 0.1)
     assert b.bdp_bytes(internet_rtt_ms=20) == pytest.approx(200e3 / 8 * 0.22)
+    # the published profiles themselves, SACK off, for comparison runs
+    na, nb = get_profile("nebby-A"), get_profile("NEBBY-B")
+    assert (na.name, nb.name) == ("nebby-A", "nebby-B") and not na.sack and not nb.sack
+    assert na.with_(name="A", sack=True) == a and "--no-sack" in nb.link_args()
 
 
 def test_link_args_carry_every_setting():
@@ -54,5 +59,5 @@ def test_bad_directions_refused(kw):
 
 
 def test_unknown_profile():
-    with pytest.raises(ProfileError, match="known: A, B"):
+    with pytest.raises(ProfileError, match="known: A, B, nebby-A, nebby-B"):
         get_profile("Z")
