@@ -48,6 +48,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-measure", action="store_true", help="train on the traces already under --root")
     p.add_argument(
+        "--retrace",
+        action="store_true",
+        help="first rebuild every reference trace from its pcap (after a change to the capture code)",
+    )
+    p.add_argument(
         "--measure-only",
         action="store_true",
         help="only measure the reference traces (then `ccscope eval` checks the shipped model on them)",
@@ -137,6 +142,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ccscope.classifier.model import DEFAULT_MODEL
     from ccscope.classifier.train import train_and_eval
 
+    if args.retrace:
+        print(f"retraced {dataset.retrace(args.root)} reference traces from their pcaps", file=sys.stderr)
     if not args.no_measure:
         dataset.collect(
             args.root, concurrency=args.concurrency, state_dir=args.state_dir, instance=args.instance

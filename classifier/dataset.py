@@ -25,7 +25,10 @@ from typing import Any
 DEFAULT_ROOT = Path("/var/tmp/ccscope-train")
 DEFAULT_STATE_DIR = Path("/run/ccscope/lab-clf")
 DEFAULT_INSTANCE = 4
-OBJECT_BYTES = 250_000  # ~20 s per profile at 200 kbit/s with 48-byte segments: 2 ProbeRTTs of BBRv1
+# ~35 s per profile at 200 kbit/s with 48-byte segments: 3 ProbeRTTs of BBRv1, several
+# congestion-avoidance cycles of a loss-based CCA; the size a census downloads (the lab's /large,
+# METHOD's >= 400 KB)
+OBJECT_BYTES = 400_000
 
 # Every CCA the lab serves today, by lab name. cc-cubic (the zoo's CUBIC) is trained as "cubic":
 # it is the same algorithm, and a census cannot tell a kernel build from a BPF one.
@@ -105,8 +108,8 @@ class Condition:
 # they contribute two training runs each and no held-out run (a copy would flatter the figure).
 # Under jitter and loss the concurrent downloads share the lab link's random draws, so every
 # run differs.
-RUNS_TRAIN = 4  # runs 0..2 train, run 3 is the held-out run
-RUNS_HELDOUT = 2
+RUNS_TRAIN = 5  # runs 0..3 train, run 4 is the held-out run
+RUNS_HELDOUT = 4
 RUNS_VARIANTS = 2
 CONDITIONS: tuple[Condition, ...] = (
     Condition("d5", 5.0, runs=2),
@@ -124,6 +127,12 @@ CONDITIONS: tuple[Condition, ...] = (
     Condition("h-d15-j3-l2e3", 15.0, jitter_ms=3.0, loss=0.002, split="heldout"),
     Condition("h-d60-j1", 60.0, jitter_ms=1.0, split="heldout"),
 )
+
+
+# The committed test fixtures (tests/fixtures/traces) are one extra run of these CCAs under this
+# condition; `units()` leaves every run beyond a condition's plan out of training and evaluation.
+FIXTURE_CONDITION = "d5"
+FIXTURE_CCAS = ("reno", "cubic", "bbr", "bbr2", "bbr3", "vegas", "lp", "veno", "bic")
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,9 @@ def plan(
         n = c.runs if c.runs is not None else runs_train if c.split == "train" else runs_heldout
         jobs = [Job(c.name, cca, r) for r in range(n) for cca in ccas]
         jobs += [Job(c.name, v, r) for r in range(runs_variants) for v in variants]
+        if c.name == FIXTURE_CONDITION:
+            # one run beyond the plan: the committed test fixtures, never trained on
+            jobs += [Job(c.name, cca, n) for cca in FIXTURE_CCAS if cca in ccas]
         out[c.name] = jobs
     return out
 
@@ -252,6 +264,44 @@ def collect(
             lab.down()
         print(f"condition {cname}: done in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     return index
+
+
+def retrace(root: Path = DEFAULT_ROOT) -> int:
+    """Rebuild every reference trace from its pcap with the capture code of today (after a
+    change to capture/, e.g. SACK tracking), keeping what the measurement recorded beside it
+    (run id, fetch result, link stats, partial flag). Returns the number of traces rewritten;
+    a pcap that no longer parses is reported and its old traces are left as they were."""
+    from ccscope.capture.tcp_bif import flows_from_pcap_aligned
+    from ccscope.errors import CCScopeError
+    from ccscope.trace import Trace
+
+    index = root / "index.jsonl"
+    if not index.exists():
+        return 0
+    n = 0
+    for line in index.read_text().splitlines():
+        for r in json.loads(line)["runs"]:
+            pcap, cap_f, snd_f = r.get("pcap_file"), r.get("trace_file"), r.get("sender_trace_file")
+            if not (pcap and cap_f and snd_f and Path(pcap).exists() and Path(cap_f).exists()):
+                continue
+            old = Trace.load(cap_f)
+            try:
+                both = flows_from_pcap_aligned(pcap, object_url=old.object_url, profile=old.profile)
+            except CCScopeError as e:
+                print(f"  {pcap}: {e}", file=sys.stderr)
+                continue
+            for align, path in (("capture", cap_f), ("sender", snd_f)):
+                new = next(
+                    (t for t in both[align].traces if t.flow.client_port == old.flow.client_port),
+                    both[align].traces[0],
+                )
+                new.partial = old.partial
+                for k in ("run_id", "fetch", "link_stats"):
+                    if k in old.extra:
+                        new.extra[k] = old.extra[k]
+                new.save(path)
+                n += 1
+    return n
 
 
 @dataclass(frozen=True)
