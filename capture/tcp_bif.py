@@ -24,6 +24,7 @@ Two alignments:
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -558,42 +559,64 @@ def _sack_scoreboard(
     if not has.any():
         return None
     out = np.where(cli_ack, 0, -1).astype(np.int64)
-    raw_ack = t.ack[idx]
-    le_d = (t.sack_le[idx] - raw_ack[:, None] + _H32) % _M32 - _H32  # signed offsets from the ACK
-    re_d = (t.sack_re[idx] - raw_ack[:, None] + _H32) % _M32 - _H32
-    resets = np.cumsum(cli_ack & ~has)  # an ACK without blocks in between empties the board
-    board: list[tuple[int, int]] = []
+    rows = np.flatnonzero(has)
+    raw_ack = t.ack[idx][rows, None]
+    base, cum, top = a_rel[rows, None], mack[rows, None], mse[rows, None]
+    # blocks as offsets from the cumulative ACK (signed, modulo 2^32), clipped to what is still
+    # outstanding; all in numpy, so the loop below only splices Python lists
+    le = np.maximum(base + (t.sack_le[idx][rows] - raw_ack + _H32) % _M32 - _H32, cum)
+    re = np.minimum(base + (t.sack_re[idx][rows] - raw_ack + _H32) % _M32 - _H32, top)
+    used = np.arange(le.shape[1])[None, :] < k[rows][:, None]
+    re = np.where(used, re, le)  # unused slots: empty blocks
+    resets = np.cumsum(cli_ack & ~has)[rows].tolist()  # an ACK without blocks empties the board
+    board = _Scoreboard()
     prev_reset = -1
-    for r in np.flatnonzero(has).tolist():
-        if resets[r] != prev_reset:
-            board, prev_reset = [], int(resets[r])
-        cum, top, base = int(mack[r]), int(mse[r]), int(a_rel[r])
-        for j in range(int(k[r])):
-            le, re = max(base + int(le_d[r, j]), cum), min(base + int(re_d[r, j]), top)
-            if re > le:
-                board = _merge_block(board, le, re)
-        board = [(max(a, cum), b) for a, b in board if b > cum]
-        out[r] = sum(b - a for a, b in board)
+    totals = []
+    for rs, c, les, res in zip(resets, cum[:, 0].tolist(), le.tolist(), re.tolist(), strict=True):
+        if rs != prev_reset:
+            board, prev_reset = _Scoreboard(), rs
+        for a, b in zip(les, res, strict=True):
+            board.add(a, b)
+        board.drop_below(c)
+        totals.append(board.total)
+    out[rows] = totals
     return out
 
 
-def _merge_block(board: list[tuple[int, int]], le: int, re: int) -> list[tuple[int, int]]:
-    """Insert [le, re) into a sorted list of disjoint intervals, merging what it touches."""
-    out: list[tuple[int, int]] = []
-    placed = False
-    for a, b in board:
-        if b < le:
-            out.append((a, b))
-        elif a > re:
-            if not placed:
-                out.append((le, re))
-                placed = True
-            out.append((a, b))
-        else:
-            le, re = min(a, le), max(b, re)
-    if not placed:
-        out.append((le, re))
-    return out
+class _Scoreboard:
+    """Disjoint SACKed ranges [start, end) in order, with their total length kept up to date:
+    a block mostly repeats or extends a range already held, so adding one is a binary search
+    and a small splice, not a pass over the board."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.total = 0
+
+    def add(self, le: int, re: int) -> None:
+        if re <= le:
+            return
+        st, en = self.starts, self.ends
+        i = bisect.bisect_left(en, le)  # first range ending at or after le: touches or follows
+        j = bisect.bisect_right(st, re)  # ranges starting at or before re: touch or precede
+        if i < len(st) and st[i] <= le and en[i] >= re:
+            return  # already held
+        if i < j:
+            le, re = min(le, st[i]), max(re, en[j - 1])
+            self.total -= sum(en[i:j]) - sum(st[i:j])
+        st[i:j], en[i:j] = [le], [re]
+        self.total += re - le
+
+    def drop_below(self, cum: int) -> None:
+        """The cumulative ACK has reached `cum`: what lies below it is no longer SACKed."""
+        st, en = self.starts, self.ends
+        k = bisect.bisect_right(en, cum)
+        if k:
+            self.total -= sum(en[:k]) - sum(st[:k])
+            del st[:k], en[:k]
+        if st and st[0] < cum:
+            self.total -= cum - st[0]
+            st[0] = cum
 
 
 def _ffill_acks(v: np.ndarray) -> np.ndarray:
