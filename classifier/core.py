@@ -156,4 +156,7 @@ def _explain(
         )
     if also:
         parts.append("It cannot be told apart here from: " + ", ".join(also) + ".")
+    notes = sorted({n for x in usable for n in x.evidence.get("notes", [])})
+    if notes:
+        parts.append("Note: " + "; ".join(notes) + ".")
     return " ".join(parts)

@@ -57,7 +57,7 @@ def find_dips(p: Prepared, keep: np.ndarray, t0: float, t1: float, max_depth: fl
         p.cache[key] = (x, lvl)
     x, lvl = p.cache[key]
     t = p.t[i0:i1]
-    below = (x < max_depth * lvl) & (lvl > 0.2) & keep[i0:i1]
+    below = (x < max_depth * lvl) & (lvl > 0.4) & keep[i0:i1]
     # runs of consecutive True: starts and ends from the edges of the boolean series
     edges = np.diff(np.concatenate([[0], below.astype(np.int8), [0]]))
     starts, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0] - 1
@@ -166,7 +166,7 @@ def detect_bbr3(a: TraceAnalysis) -> Finding:
         rng = (win.max(axis=1) - win.min(axis=1)) / np.maximum(m, 1e-9)
         # windows touching a loss recovery do not count: BiF there is pinned by the receive window
         ok = sliding_window_view(a.keep[i0:i1], w)[:: max(1, w // 10)].all(axis=1)
-        flats = float(np.mean((rng < 0.1) & (m > 0.2) & ok))
+        flats = float(np.mean((rng < 0.1) & (m > 0.4) & ok))
     score = float(0.6 * frac + 0.4 * min(1.0, flats / 0.3))
     return Finding(
         "bbr3",

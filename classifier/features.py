@@ -42,7 +42,7 @@ class Prepared:
     """A trace on a uniform grid, BiF in BDPs, plus what was learnt while preparing it."""
 
     t: np.ndarray  # seconds, uniform step DT
-    raw: np.ndarray  # BiF / BDP, step-interpolated
+    raw: np.ndarray  # the window series / BDP, step-interpolated: the pipe where SACK tells it, else BiF
     pipe: np.ndarray  # pipe estimate / BDP (BiF less segments held out of order)
     smooth: np.ndarray  # raw, low-passed at 1/RTT
     rtt: float  # seconds: the path's base RTT
@@ -55,6 +55,7 @@ class Prepared:
     goodput_bps: float
     notes: list[str] = field(default_factory=list)
     cache: dict[Any, Any] = field(default_factory=dict)  # intermediate results shared by detectors
+    sack: bool = False  # the trace knows SACKed bytes: raw and pipe are the measured pipe
 
 
 def _path_numbers(tr: Trace) -> tuple[float, float, float, float, list[str]]:
@@ -67,19 +68,24 @@ def _path_numbers(tr: Trace) -> tuple[float, float, float, float, list[str]]:
     if not rtt_ms or rtt_ms <= 0:
         rtt_ms = 150.0
         notes.append("no RTT in the trace: assumed 150 ms")
+    mtu = prof.get("mtu")
+    mss = float(mtu) - 52.0 if isinstance(mtu, int | float) and mtu > 60 else float(DEFAULT_MSS)
     rate = None
     try:
         rate = first_rate_bps(str((prof.get("down") or {}).get("rate", "")) or "inf")
     except Exception:
         rate = None
+    if rate is not None and isinstance(mtu, int | float) and mtu > 60:
+        # BiF counts payload bytes while the link carries whole packets (at MTU 100, 48 payload
+        # bytes in every 100): rates and BDPs here are in payload bytes, so a window that just
+        # fills the pipe is 1 BDP
+        rate *= mss / float(mtu)
     if rate is None:
         # Goodput over the transfer is the bottleneck rate's best stand-in (the method saturates it).
         dur = tr.duration
         rate = 8.0 * tr.bytes_acked / dur if dur > 0 and tr.bytes_acked > 0 else 200e3
         notes.append(f"no bottleneck rate in the trace: estimated {rate / 1e3:.0f} kbit/s")
     bdp = rate / 8.0 * rtt_ms / 1000.0
-    mtu = prof.get("mtu")
-    mss = float(mtu) - 52.0 if isinstance(mtu, int | float) and mtu > 60 else float(DEFAULT_MSS)
     return rtt_ms / 1000.0, bdp, mss, rate, notes
 
 
@@ -185,8 +191,23 @@ def prepare(tr: Trace) -> Prepared:
     idx = np.searchsorted(tr.t, grid, side="right") - 1
     dup = np.asarray(tr.events.get("dupack", []), dtype=np.float64)
     ii = np.clip(idx, 0, len(tr.bif) - 1)
-    raw = tr.bif[ii].astype(np.float64) / bdp
-    pipe = pipe_estimate(tr.t, tr.bif, dup, mss, at=ii) / bdp
+    sack = "sacked" in tr.columns
+    if not sack and not (tr.profile or {}).get("sack"):
+        # the shipped model learnt from SACK profiles; a SACK-less trace (the published profiles,
+        # an imported CSV) spends much longer in loss recovery, which it has not seen
+        notes.append(
+            "the trace carries no SACK information (SACK off, or an imported capture): the model "
+            "was trained on the standard SACK profiles, so loss-based verdicts are less certain"
+        )
+    if sack:
+        # With SACK the capture knows what the receiver holds above a hole: BiF less those bytes
+        # is the pipe (checked against the server's TCP_INFO in the lab), and it is the window
+        # even inside a recovery, where BiF itself jumps with every SACKed segment.
+        raw = tr.pipe[ii].astype(np.float64) / bdp
+        pipe = raw
+    else:
+        raw = tr.bif[ii].astype(np.float64) / bdp
+        pipe = pipe_estimate(tr.t, tr.bif, dup, mss, at=ii) / bdp
     smooth = lowpass(raw, DT, 1.0 / rtt)
     retx = np.asarray(tr.events.get("retransmit", []), dtype=np.float64)
     pk = tr.extra.get("packets")
@@ -194,7 +215,7 @@ def prepare(tr: Trace) -> Prepared:
     prof = (tr.profile or {}).get("name")
     goodput = 8.0 * tr.bytes_acked / (t1 - t0)
     return Prepared(
-        grid - t0, raw, pipe, smooth, rtt, bdp, mss, retx - t0, prof, packets, rate, goodput, notes
+        grid - t0, raw, pipe, smooth, rtt, bdp, mss, retx - t0, prof, packets, rate, goodput, notes, sack=sack
     )
 
 
@@ -230,8 +251,8 @@ def find_backoffs(p: Prepared, drop_frac: float = 0.25) -> list[Backoff]:
     rtt, s, t = p.rtt, p.smooth, p.t
     out: list[Backoff] = []
     # Slow start's first flights leave idle gaps that look like falls: nothing counts before the
-    # BiF first reaches half the pipe.
-    filled = np.nonzero(s >= 0.5)[0]
+    # window first fills the pipe.
+    filled = np.nonzero(s >= 1.0)[0]
     t_fill = float(t[filled[0]]) if len(filled) else float(t[-1])
     # One recovery retransmits one hole per RTT, and RTTs then include a full 2xBDP queue (3x
     # the base RTT): gaps up to 4 base RTTs still belong to one episode.
@@ -255,7 +276,7 @@ def find_backoffs(p: Prepared, drop_frac: float = 0.25) -> list[Backoff]:
         runmax = np.empty(len(s))
         runmax[w:] = sliding_window_view(s, w)[:-1].max(axis=1)
         runmax[:w] = np.inf
-        cand = np.nonzero((runmax > 0.2) & (s < (1 - drop_frac) * runmax))[0]
+        cand = np.nonzero((runmax > 0.4) & (s < (1 - drop_frac) * runmax))[0]
         cand = cand[cand >= start]
         rises = np.nonzero(np.diff(s) > 0)[0]  # s[k + 1] > s[k]
         nxt = 0
@@ -283,15 +304,17 @@ def find_slow_start_end(p: Prepared, backoffs: list[Backoff]) -> float:
     for i in range(lag, len(s)):
         if p.t[i] >= first:
             break
-        if s[i] > 0.5 and s[i] < 1.1 * s[i - lag]:
+        if s[i] > 1.0 and s[i] < 1.1 * s[i - lag]:
             # growth stalled without a back-off: a delay- or rate-based exit (Vegas, BBR)
             return float(p.t[i])
-    if not backoffs:
-        # never backed off and never reached half the BDP (CDG, LP): growth below 20 % over
-        # 3 RTT ends slow start
-        for i in range(3 * lag, len(s) - 2 * lag):
-            if s[i] > 0.1 and s[i + 2 * lag] < 1.2 * s[i - lag]:
-                return float(p.t[i])
+    # Growth below 20 % over 3 RTT without ever filling the pipe (CDG, LP back off on delay
+    # below the BDP) also ends it, before any loss: on a long lossy path such a sender's first
+    # back-off may be a random loss a minute in, and everything before it is not slow start.
+    for i in range(3 * lag, len(s) - 2 * lag):
+        if p.t[i] >= first:
+            break
+        if s[i] > 0.2 and s[i + 2 * lag] < 1.2 * s[i - lag]:
+            return float(p.t[i])
     return first
 
 
@@ -322,7 +345,7 @@ def plateau_starts(
         return []
     win = sliding_window_view(x, w)[::2]
     m = win.mean(axis=1)
-    flat = ((win.max(axis=1) - win.min(axis=1)) < 0.08 * np.maximum(m, 1e-9)) & (m > 0.3)
+    flat = ((win.max(axis=1) - win.min(axis=1)) < 0.08 * np.maximum(m, 1e-9)) & (m > 0.6)
     out: list[tuple[int, float]] = []
     # only where a flat stretch begins (the previous window was not flat) can a plateau start
     rising = np.nonzero(flat & ~np.concatenate([[False], flat[:-1]]))[0]
@@ -472,6 +495,57 @@ def periodicity(x: np.ndarray, rtt: float, lo_rtts: float, hi_rtts: float) -> tu
     return float(period[j]), share
 
 
+@dataclass
+class Pulses:
+    """Excursions of the window well above its median level (bandwidth probes of BBR, the crest
+    of a loss-based sawtooth), described by their typical shape."""
+
+    count: int
+    rise: float  # of the excursions lasting >= 3 RTT: share of their time spent climbing (10-90 %)
+    top: float  # ... and share spent within 10 % of the peak (a flat top: an in-flight bound held)
+    gain: float  # peak / median level, over all excursions
+
+
+def find_pulses(p: Prepared, t0: float, t1: float, thr: float = 0.15) -> Pulses:
+    """Runs of the lightly smoothed window (RTT/4, so one-RTT probes survive) above (1 + thr)
+    times the median of [t0, t1]. BBRv1 probes for one RTT at 1.25x; BBRv3 climbs for several
+    RTT to its in-flight bound and falls back at once (a triangle); a higher probe gain reaches
+    the bound sooner and holds it (a trapezoid). Shapes are shares of each excursion's duration,
+    so they do not scale with the RTT; medians over the trace."""
+    i0, i1 = int(np.searchsorted(p.t, t0)), int(np.searchsorted(p.t, t1))
+    nan = math.nan
+    if i1 - i0 < 16:
+        return Pulses(0, nan, nan, nan)
+    x = lowpass(p.raw[i0:i1], DT, 4.0 / p.rtt)
+    m = float(np.median(x))
+    if m <= 0:
+        return Pulses(0, nan, nan, nan)
+    above = x > m * (1.0 + thr)
+    edges = np.diff(np.concatenate([[0], above.astype(np.int8), [0]]))
+    starts, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
+    rise, top, gain = [], [], []
+    n = 0
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        if (b - a) * DT < 0.5 * p.rtt:
+            continue  # a blip, not a probe
+        n += 1
+        k = a + int(np.argmax(x[a:b]))
+        h = x[k] - m
+        gain.append(float(x[k] / m))
+        if (b - a) * DT < 3.0 * p.rtt:
+            continue  # too short to have a shape beyond its height
+        r10 = int(np.nonzero(x[a : k + 1] >= m + 0.1 * h)[0][0])
+        r90 = int(np.nonzero(x[a : k + 1] >= m + 0.9 * h)[0][0])
+        rise.append((r90 - r10) / (b - a))
+        top.append(float(np.mean(x[a:b] >= m + 0.9 * h)))
+    return Pulses(
+        n,
+        float(np.median(rise)) if rise else nan,
+        float(np.median(top)) if top else nan,
+        float(np.median(gain)) if gain else nan,
+    )
+
+
 # The feature vector: names, in order. Every entry is explainable on its own.
 FEATURES = (
     "beta",  # median trough/peak of loss back-offs (Reno 0.5, CUBIC 0.7, BIC 0.8, Scalable 0.875)
@@ -480,7 +554,7 @@ FEATURES = (
     "log_seg_rtts",  # log of median segment length in RTTs (the back-off period)
     "backoffs_per_100rtt",
     "loss_per_100pkt",  # retransmissions per 100 packets
-    "level",  # log median pipe (BiF less held segments) in BDPs after slow start (Vegas ~0.5)
+    "level",  # log median pipe (BiF less held segments) in BDPs after slow start (Vegas ~1.1)
     "level_p10",
     "level_p90",
     "cv",  # coefficient of variation of the pipe after slow start
@@ -491,7 +565,7 @@ FEATURES = (
     "curv",  # median (mid-point level - chord) of the normalised segments: concave > 0
     "drops_per_100rtt",  # back-offs without loss (delay/rate-based)
     "p8_share",  # spectral share of the 6-10 RTT band's peak (BBRv1 gain cycle)
-    "flat_frac",  # share of CA time with |d BiF/dt| < 2 % BDP per RTT (BBR cruise, Vegas)
+    "flat_frac",  # share of CA time with |d BiF/dt| < 4 % BDP per RTT (BBR cruise, Vegas)
     "ss_rtts",  # log of slow start's length in RTTs
     "recovery_frac",  # share of CA time spent recovering losses (without SACK: one hole per RTT)
     "log_retx_per_episode",  # losses per recovery episode: how far the sender overshot
@@ -507,6 +581,11 @@ FEATURES = (
     "beta_ss",  # first pipe plateau / highest smoothed pipe before it: ssthresh/W at slow start's
     # loss (Reno, HTCP, Westwood 0.5; HighSpeed 0.6 at these windows; Illinois 0.68; CUBIC 0.7;
     # BIC 0.8; Scalable 0.875; Hybla ~0.95)
+    "queue_pkts",  # standing queue in segments, late in the transfer: pipe - BDP (Vegas 2-4)
+    "pulses_per_100rtt",  # excursions above 1.15x the median level (BBR bandwidth probes)
+    "pulse_rise",  # share of a >= 3 RTT excursion spent climbing (BBRv3's triangles: most of it)
+    "pulse_top",  # share spent within 10 % of its peak (a flat top: an in-flight bound held)
+    "pulse_gain",  # their median peak / median level (BBRv1 ProbeBW ~1.25)
 )
 
 
@@ -578,8 +657,8 @@ def analyse(tr: Trace) -> TraceAnalysis:
     level = float(np.median(pca))
     plats = find_plateaus(ps, p.t, rtt, ss_end, ca_end)
     beta_ss = first_loss_beta(p, ps, backoffs)
-    plat_ratios = [min(b / a, 1.5) for a, b in itertools.pairwise(plats) if a > 0.1]
-    collapse = float(np.mean((p.pipe[i0:i1] < 0.1) & (p.raw[i0:i1] > 0.5)))
+    plat_ratios = [min(b / a, 1.5) for a, b in itertools.pairwise(plats) if a > 0.2]
+    collapse = float(np.mean((p.pipe[i0:i1] < 0.2) & (p.raw[i0:i1] > 1.0)))
     segs = segment(p, backoffs, ss_end, ca_end)
     ca_backoffs = [b for b in backoffs if ss_end < b.start < ca_end]
     betas = [b.trough / b.peak for b in ca_backoffs if b.cause == "loss" and b.peak > 0]
@@ -605,7 +684,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
     beta_pipe, plateau = [], []
     for b in [x for x in backoffs if x.cause == "loss"]:
         j0, j1 = int(np.searchsorted(p.t, b.start + 3 * rtt)), int(np.searchsorted(p.t, b.start + 5 * rtt))
-        if j1 > j0 and b.peak > 0.2:
+        if j1 > j0 and b.peak > 0.4:
             lvl = float(np.median(p.pipe[j0:j1]))
             plateau.append(lvl)
             beta_pipe.append(min(lvl / b.peak, 1.5))
@@ -615,6 +694,11 @@ def analyse(tr: Trace) -> TraceAnalysis:
         if b.cause == "loss"
     ]
     q = np.percentile(betas, [25, 75]) if betas else np.array([0.0, 0.0])
+    pulses = find_pulses(p, ss_end, ca_end)
+    # over the last 40 % of congestion avoidance: a delay-based sender may take 10 s and more to
+    # drain slow start's queue down to its target
+    late = float(np.median(pca[int(0.6 * len(pca)) :])) if len(pca) else level
+    queue = float(np.clip((late - 1.0) * p.bdp / p.mss, -100.0, 400.0))
     nan = math.nan  # "not measurable in this trace": the classifier marginalises it out
     ss_peak = float(np.max(p.smooth[: max(1, i0)]))
     seg_time = sum(sg.end - sg.start for sg in segs)
@@ -637,7 +721,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
             _median(curv, nan),
             100.0 * len([b for b in ca_backoffs if b.cause == "drop"]) / n_rtt,
             p8,
-            float(np.mean(np.abs(d) < 0.02)),
+            float(np.mean(np.abs(d) < 0.04)),
             math.log(max((ss_end - float(p.t[0])) / rtt, 1.0)),
             1.0 - float(np.mean(keep[i0:i1])) if i1 > i0 else 0.0,
             math.log1p(_median(episode_retx, 0.0)),
@@ -651,6 +735,11 @@ def analyse(tr: Trace) -> TraceAnalysis:
             collapse,
             min(seg_time / max(ca_len, 1e-9), 1.0),
             beta_ss,
+            queue,
+            100.0 * pulses.count / n_rtt,
+            pulses.rise,
+            pulses.top,
+            pulses.gain,
         ]
     )
     return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)

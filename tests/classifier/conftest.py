@@ -1,5 +1,7 @@
 """Real lab traces (committed, gzipped): profile A and B of one download per CCA, taken from a
-held-out run (run 2 of the 5 ms condition), so the shipped model never trained on them."""
+run beyond the 5 ms condition's plan (dataset.FIXTURE_CONDITION), so the shipped model never
+trained on them, and one pair of an untrained variant. `tests/fixtures/regenerate.py` rebuilds
+them from a reference set."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ import pytest
 from ccscope.trace import Trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
-CCAS = ("cubic", "reno", "bbr", "bbr2", "bbr3", "vegas", "lp")
+CCAS = ("cubic", "reno", "bbr", "bbr2", "bbr3", "vegas", "lp", "veno", "bic")
 CLASS_OF = {"reno": "reno/dctcp"}  # the class a CCA is trained as (dataset.LABEL_OF)
+VARIANT = "cubic-b50"  # an untrained variant's pair (tests/fixtures/regenerate.py)
 
 
 def fixture_path(cca: str, profile: str) -> Path:

@@ -19,9 +19,59 @@ def test_prepare_grid_and_units(traces: dict[tuple[str, str], Trace]) -> None:
     t = traces[("cubic", "A")]
     p = F.prepare(t)
     assert np.allclose(np.diff(p.t), F.DT)
-    # BiF in BDPs: the path BDP of profile A is ~2.9 kB (200 kbit/s x ~116 ms at 5 ms one way)
-    assert 2500 < p.bdp < 4500 and abs(p.rtt - t.base_rtt_ms / 1000) < 1e-9
+    # BiF in BDPs of payload: 200 kbit/s x ~116 ms at 5 ms one way is 2.9 kB on the wire, of
+    # which 48 bytes in every 100-byte packet are payload
+    assert 1300 < p.bdp < 1500 and abs(p.rtt - t.base_rtt_ms / 1000) < 1e-9
     assert p.mss == 48
+
+
+def test_prepare_reads_the_sack_pipe(traces: dict[tuple[str, str], Trace]) -> None:
+    """With SACK the window series is BiF less SACKed bytes: below BiF inside a recovery (where
+    BiF jumps with every segment the client holds above a hole), equal to it outside."""
+    t = traces[("reno", "A")]
+    assert "sacked" in t.columns and t.columns["sacked"].max() > 0
+    p = F.prepare(t)
+    assert p.sack and np.array_equal(p.raw, p.pipe)
+    idx = np.clip(np.searchsorted(t.t, p.t + t.t[0], side="right") - 1, 0, len(t.t) - 1)
+    bif = t.bif[idx] / p.bdp
+    assert np.all(p.raw <= bif + 1e-12) and np.mean(p.raw < bif - 0.2) > 0.01
+    # the same trace without its SACK column falls back to the duplicate-ACK estimate
+    bare = Trace(flow=t.flow, t=t.t, bif=t.bif, start_time=t.start_time, profile=t.profile,
+                 base_rtt_ms=t.base_rtt_ms, internet_rtt_ms=t.internet_rtt_ms, events=t.events)  # fmt: skip
+    q = F.prepare(bare)
+    assert not q.sack and np.array_equal(q.raw, bif)
+
+
+def _f(a: F.TraceAnalysis, name: str) -> float:
+    return float(a.features[F.FEATURES.index(name)])
+
+
+def test_growth_and_backoff_tell_reno_veno_cubic_bic_apart(traces: dict[tuple[str, str], Trace]) -> None:
+    """The congestion-avoidance parameters SACK makes visible: Veno grows at half Reno's rate
+    once a queue builds, both halve; CUBIC cuts to 0.7, BIC to 0.8."""
+    for prof in "AB":
+        reno, veno = F.analyse(traces[("reno", prof)]), F.analyse(traces[("veno", prof)])
+        cubic, bic = F.analyse(traces[("cubic", prof)]), F.analyse(traces[("bic", prof)])
+        assert _f(veno, "growth") < 0.7 * _f(reno, "growth")
+        for a, beta in ((reno, 0.5), (veno, 0.5), (cubic, 0.7), (bic, 0.8)):
+            assert abs(_f(a, "beta_pipe") - beta) < 0.03
+
+
+def test_standing_queue_of_vegas(traces: dict[tuple[str, str], Trace]) -> None:
+    """Vegas holds alpha..beta = 2..4 segments in the queue; a loss-based sender fills it."""
+    for prof in "AB":
+        assert 1.0 < _f(F.analyse(traces[("vegas", prof)]), "queue_pkts") < 6.0
+        assert _f(F.analyse(traces[("cubic", prof)]), "queue_pkts") > 20.0
+
+
+def test_probe_pulses_of_bbr(traces: dict[tuple[str, str], Trace]) -> None:
+    """BBRv1's ProbeBW: a 1.25x pulse every 8 RTT; BBRv3 climbs to its in-flight bound (a
+    triangle: a good share of each probe spent climbing, little at the top)."""
+    for prof in "AB":
+        v1 = F.analyse(traces[("bbr", prof)])
+        assert abs(_f(v1, "pulse_gain") - 1.25) < 0.06 and _f(v1, "pulses_per_100rtt") > 5.0
+        v3 = F.analyse(traces[("bbr3", prof)])
+        assert _f(v3, "pulse_rise") > 0.2 and _f(v3, "pulse_top") < 0.15
 
 
 def test_lowpass_removes_sub_rtt_variation() -> None:
@@ -163,3 +213,30 @@ def test_forest_splits_adjacent_floats() -> None:
     f = RandomForest(n_trees=3, seed=0).fit(X, y)
     assert f.predict(np.array([[a], [b]])) == ["lo", "hi"]
     assert np.isfinite(f.value).all()
+
+
+def test_class_stats_are_robust_and_floored() -> None:
+    """The Unknown test's reference: per profile and class, the median and IQR/1.349 of each
+    feature; one wild trace moves neither, and a feature constant within a class gets the floor
+    (a share of the other classes' spread), not zero."""
+    from ccscope.classifier.model import fit_class_stats
+
+    rng = np.random.default_rng(3)
+    a = np.column_stack([0.5 + 0.01 * rng.standard_normal(40), np.full(40, 1.0)])
+    b = np.column_stack([0.7 + 0.01 * rng.standard_normal(40), 2.0 + rng.standard_normal(40)])
+    a[0] = [50.0, 1.0]  # a glitch
+    X = np.vstack([a, b])
+    st = fit_class_stats(X, ["a"] * 40 + ["b"] * 40, ["A"] * 80, floor=0.1)
+    ca, cb = st["A|a"], st["A|b"]
+    assert abs(ca["center"][0] - 0.5) < 0.01 and ca["scale"][0] < 0.03
+    assert abs(cb["center"][0] - 0.7) < 0.01
+    assert 0.0 < ca["scale"][1] < 0.2 * cb["scale"][1]  # floored, far below b's spread
+
+
+def test_trace_atypicality_reads_the_kth_worst_feature() -> None:
+    from ccscope.classifier.model import trace_atypicality
+
+    z, lim = np.array([1.0, 8.0, np.nan, 3.0]), [1.0, 2.0, 1.0, 1.0]
+    assert trace_atypicality(z, lim, kth=1) == 4.0 and trace_atypicality(z, lim, kth=2) == 3.0
+    assert trace_atypicality(z, lim, kth=1, skip=np.array([False, True, False, False])) == 3.0
+    assert trace_atypicality(np.array([np.nan]), [1.0]) == 0.0
