@@ -259,10 +259,13 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
     # 0.2 % loss and jitter): the forest already reads the detector scores, and the mean
     # z-score is a blunter form of the per-feature test. Each extra rule's limit is the extreme
     # of a few hundred LOCO measurements, so each adds its own chance of a false Unknown.
-    atyp = atypicality(model, use, best)
+    atyp, a_prof, a_feat, a_x, a_c = atypical_feature(model, use, best)
     if atyp > model.atypical_max:
+        what = (
+            f"{a_feat} in profile {a_prof} ({a_x:.3g}; {best} nearest {a_c:.3g})" if a_feat else "a feature"
+        )
         reasons.append(
-            f"a feature lies {atyp:.1f}x further from {best} than known CCAs on unseen networks do "
+            f"{what} lies {atyp:.1f}x further from {best} than known CCAs on unseen networks do "
             f"(limit {model.atypical_max:.1f}x)"
         )
     if pr[k] < model.min_confidence:
@@ -390,16 +393,43 @@ def unknown_skip_mask(model: Model) -> np.ndarray:
 def atypicality(model: Model, use: Sequence[TraceSummary], cls: str) -> float:
     """How far the measurement lies beyond what known CCAs show against class `cls`: each
     trace's `trace_atypicality`, combined over the profiles by ATYP_COMBINE. 0 without limits."""
-    scores = []
+    return atypical_feature(model, use, cls)[0]
+
+
+def atypical_feature(
+    model: Model, use: Sequence[TraceSummary], cls: str
+) -> tuple[float, str | None, str | None, float, float]:
+    """`atypicality` and where it comes from: (score, profile, feature, the trace's value, the
+    class's median in its nearest training condition), so the verdict can name the feature."""
+    per: list[tuple[float, str | None, str | None, float, float]] = []
+    skip = unknown_skip_mask(model)
     for s in use:
         lim = model.z_limit.get(f"{s.profile}|{cls}", model.z_limit.get(s.profile))
         z = feature_z(model, s, cls)
         if z is None or lim is None:
             continue
-        scores.append(trace_atypicality(z, lim, skip=unknown_skip_mask(model)))
-    if not scores:
-        return 0.0
-    return float({"min": min, "max": max, "mean": np.mean}[ATYP_COMBINE](scores))
+        sc = trace_atypicality(z, lim, skip=skip)
+        with np.errstate(all="ignore"):
+            r = np.where(skip, np.nan, z / np.asarray(lim))
+        if np.all(np.isnan(r)):
+            per.append((sc, None, None, math.nan, math.nan))
+            continue
+        i = int(np.nanargmax(r))
+        x = float(np.asarray(s.features, dtype=np.float64)[model.used_index][i])
+        per.append((sc, s.profile, model.used[i], x, _nearest_center(model, s, cls, i)))
+    if not per:
+        return 0.0, None, None, math.nan, math.nan
+    scores = [p[0] for p in per]
+    k = {"min": int(np.argmin(scores)), "max": int(np.argmax(scores))}.get(ATYP_COMBINE, 0)
+    return float({"min": min, "max": max, "mean": np.mean}[ATYP_COMBINE](scores)), *per[k][1:]
+
+
+def _nearest_center(model: Model, s: TraceSummary, cls: str, i: int) -> float:
+    key = f"{s.profile}|{cls}"
+    x = float(np.asarray(s.features, dtype=np.float64)[model.used_index][i])
+    cs = [v["center"][i] for k, v in model.class_stats.items() if k.startswith(key + "@")]
+    cs = [c for c in cs if not math.isnan(c)] or [model.class_stats[key]["center"][i]]
+    return float(min(cs, key=lambda c: abs(c - x)))
 
 
 # --- training --------------------------------------------------------------------------------
