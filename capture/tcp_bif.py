@@ -560,12 +560,13 @@ def _sack_scoreboard(
         return None
     out = np.where(cli_ack, 0, -1).astype(np.int64)
     rows = np.flatnonzero(has)
-    raw_ack = t.ack[idx][rows, None]
+    src = idx[rows]  # the table rows of the ACKs that carry blocks
+    raw_ack = t.ack[src][:, None]
     base, cum, top = a_rel[rows, None], mack[rows, None], mse[rows, None]
     # blocks as offsets from the cumulative ACK (signed, modulo 2^32), clipped to what is still
     # outstanding; all in numpy, so the loop below only splices Python lists
-    le = np.maximum(base + (t.sack_le[idx][rows] - raw_ack + _H32) % _M32 - _H32, cum)
-    re = np.minimum(base + (t.sack_re[idx][rows] - raw_ack + _H32) % _M32 - _H32, top)
+    le = np.maximum(base + (t.sack_le[src] - raw_ack + _H32) % _M32 - _H32, cum)
+    re = np.minimum(base + (t.sack_re[src] - raw_ack + _H32) % _M32 - _H32, top)
     used = np.arange(le.shape[1])[None, :] < k[rows][:, None]
     re = np.where(used, re, le)  # unused slots: empty blocks
     resets = np.cumsum(cli_ack & ~has)[rows].tolist()  # an ACK without blocks empties the board

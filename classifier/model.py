@@ -101,9 +101,9 @@ class Model:
     # profile is missing features), its log vote shares divided by forest_temperature
     forest: RandomForest | None = None
     forest_temperature: float = 1.0
-    # per profile and class ("A|cubic"): each used feature's robust centre (median) and spread
-    # (IQR / 1.349, floored) over every training trace of the class: the reference the Unknown
-    # test measures a trace against
+    # per profile and class ("A|cubic"), and per training condition too ("A|cubic@d40-j2"):
+    # each used feature's robust centre (median) and spread (IQR / 1.349, floored), the
+    # reference the Unknown test measures a trace against (fit_class_stats)
     class_stats: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # per profile ("A") and per profile and class ("A|cubic", where LOCO named enough of the
     # class right) and used feature: the |z| (against the best class) that known CCAs out of
@@ -116,9 +116,32 @@ class Model:
     # the features the naive Bayes reads (the rest are computed as evidence only)
     used: list[str] = field(default_factory=lambda: [f for f in FEATURES if f not in UNUSED_FEATURES])
 
+    # class_stats' per-condition entries stacked per "profile|class" key, built on first use
+    # (and again if class_stats is replaced), so a verdict does not scan and convert them
+    _cond_index: tuple[int, dict[str, tuple[np.ndarray, np.ndarray]]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
     @property
     def used_index(self) -> np.ndarray:
         return np.array([FEATURES.index(f) for f in self.used], dtype=np.int64)
+
+    def condition_stats(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(centres, spreads), one row per training condition, of class_stats' "key@condition"
+        entries; None when the model has none for `key`."""
+        if self._cond_index is None or self._cond_index[0] != id(self.class_stats):
+            rows: dict[str, tuple[list[list[float]], list[list[float]]]] = {}
+            for k, v in self.class_stats.items():
+                if "@" in k:
+                    c, sc = rows.setdefault(k.split("@", 1)[0], ([], []))
+                    c.append(v["center"])
+                    sc.append(v["scale"])
+            index = {
+                k: (np.array(c, dtype=np.float64), np.array(sc, dtype=np.float64))
+                for k, (c, sc) in rows.items()
+            }
+            self._cond_index = (id(self.class_stats), index)
+        return self._cond_index[1].get(key)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -292,13 +315,12 @@ def feature_z(model: Model, s: TraceSummary, cls: str) -> np.ndarray | None:
     if st is None:
         return None
     x = np.asarray(s.features, dtype=np.float64)[model.used_index]
-    conds = [v for k, v in model.class_stats.items() if k.startswith(key + "@")]
-    if not conds:
+    conds = model.condition_stats(key)
+    if conds is None:
         return np.abs(x - np.asarray(st["center"])) / np.asarray(st["scale"])
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a feature the class never shows
-        z = np.array([np.abs(x - np.asarray(c["center"])) / np.asarray(c["scale"]) for c in conds])
-        return np.nanmin(z, axis=0)
+        return np.nanmin(np.abs(x - conds[0]) / conds[1], axis=0)
 
 
 STATS_FLOOR = 0.1  # a class's spread of a feature is at least this share of the median over classes
@@ -364,21 +386,23 @@ def fit_class_stats(
 # condition-out folds known CCAs deviated most often in exactly these.
 UNKNOWN_SKIP = ("ss_rtts", "ss_peak", "beta_ss", "first_plateau", "beta_spread", "deg_mean")
 ATYP_KTH = 1  # a trace's atypicality: its k-th most deviating feature (1 = the worst)
-ATYP_COMBINE = "min"  # over the measurement's profiles: "min", "mean" or "max"
+
+
+def _excess(z: np.ndarray, lim: Sequence[float], skip: np.ndarray | None) -> np.ndarray:
+    """Each feature's |z| over its limit; NaN where the trace or the class lacks the feature or
+    the Unknown test leaves it out."""
+    with np.errstate(all="ignore"):
+        r = z / np.asarray(lim)
+    return r if skip is None else np.where(skip, np.nan, r)
 
 
 def trace_atypicality(
     z: np.ndarray, lim: Sequence[float], kth: int | None = None, skip: np.ndarray | None = None
 ) -> float:
-    """How far one trace's k-th most deviating feature lies beyond what known CCAs show, in
-    multiples of the per-feature limit. The k-th rather than the worst: a parameter a variant
-    changes shows in several features at once (a back-off factor in beta, beta_pipe,
-    plateau_ratio), while a known CCA's glitch usually sits in one."""
+    """How far one trace's k-th most deviating feature (ATYP_KTH: the worst) lies beyond what
+    known CCAs show, in multiples of the per-feature limit; 0 when no feature compares."""
     k = ATYP_KTH if kth is None else kth
-    with np.errstate(all="ignore"):  # NaN: a feature the trace or the class lacks
-        r = z / np.asarray(lim)
-    if skip is not None:
-        r = np.where(skip, np.nan, r)
+    r = _excess(z, lim, skip)
     r = r[~np.isnan(r)]
     if len(r) == 0:
         return 0.0
@@ -390,9 +414,16 @@ def unknown_skip_mask(model: Model) -> np.ndarray:
     return np.array([f in UNKNOWN_SKIP for f in model.used], dtype=bool)
 
 
+def z_limit_for(model: Model, profile: str, cls: str) -> list[float] | None:
+    """The per-feature |z| limits a trace of `profile` is held to against `cls`: the class's own
+    where LOCO named enough of it right, else the profile's."""
+    return model.z_limit.get(f"{profile}|{cls}", model.z_limit.get(profile))
+
+
 def atypicality(model: Model, use: Sequence[TraceSummary], cls: str) -> float:
     """How far the measurement lies beyond what known CCAs show against class `cls`: each
-    trace's `trace_atypicality`, combined over the profiles by ATYP_COMBINE. 0 without limits."""
+    trace's `trace_atypicality`, the smallest over the profiles (a variant deviates in both, a
+    glitch in one trace does not count). 0 without limits."""
     return atypical_feature(model, use, cls)[0]
 
 
@@ -404,13 +435,12 @@ def atypical_feature(
     per: list[tuple[float, str | None, str | None, float, float]] = []
     skip = unknown_skip_mask(model)
     for s in use:
-        lim = model.z_limit.get(f"{s.profile}|{cls}", model.z_limit.get(s.profile))
+        lim = z_limit_for(model, s.profile, cls)
         z = feature_z(model, s, cls)
         if z is None or lim is None:
             continue
         sc = trace_atypicality(z, lim, skip=skip)
-        with np.errstate(all="ignore"):
-            r = np.where(skip, np.nan, z / np.asarray(lim))
+        r = _excess(z, lim, skip)
         if np.all(np.isnan(r)):
             per.append((sc, None, None, math.nan, math.nan))
             continue
@@ -419,16 +449,15 @@ def atypical_feature(
         per.append((sc, s.profile, model.used[i], x, _nearest_center(model, s, cls, i)))
     if not per:
         return 0.0, None, None, math.nan, math.nan
-    scores = [p[0] for p in per]
-    k = {"min": int(np.argmin(scores)), "max": int(np.argmax(scores))}.get(ATYP_COMBINE, 0)
-    return float({"min": min, "max": max, "mean": np.mean}[ATYP_COMBINE](scores)), *per[k][1:]
+    return min(per, key=lambda p: p[0])
 
 
 def _nearest_center(model: Model, s: TraceSummary, cls: str, i: int) -> float:
     key = f"{s.profile}|{cls}"
     x = float(np.asarray(s.features, dtype=np.float64)[model.used_index][i])
-    cs = [v["center"][i] for k, v in model.class_stats.items() if k.startswith(key + "@")]
-    cs = [c for c in cs if not math.isnan(c)] or [model.class_stats[key]["center"][i]]
+    conds = model.condition_stats(key)
+    cs = [] if conds is None else [c for c in conds[0][:, i].tolist() if not math.isnan(c)]
+    cs = cs or [model.class_stats[key]["center"][i]]
     return float(min(cs, key=lambda c: abs(c - x)))
 
 

@@ -33,7 +33,6 @@ from ccscope.classifier.core import summarise
 from ccscope.classifier.features import FEATURES
 from ccscope.classifier.forest import RandomForest
 from ccscope.classifier.model import (
-    ATYP_COMBINE,
     CLASSIFIER_VERSION,
     DETECTOR_CLASS,
     FAMILY,
@@ -48,6 +47,7 @@ from ccscope.classifier.model import (
     forest_row,
     trace_atypicality,
     unknown_skip_mask,
+    z_limit_for,
 )
 from ccscope.trace import Trace
 
@@ -225,14 +225,16 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
                 model.z_limit[key] = [float(v) if np.isfinite(v) and v > 0 else 1e3 for v in lim]
     if model.z_limit:
         scores = []
-        combine = {"min": min, "max": max, "mean": np.mean}[ATYP_COMBINE]
+        skip = unknown_skip_mask(model)
         for zs, c in zip(z_ok, z_cls, strict=True):
+            # each profile's trace_atypicality, the smallest over the profiles (as `atypicality`),
+            # from the fold's z-scores
             per = []
             for p, z in zs:
-                lim = model.z_limit.get(f"{p}|{c}", model.z_limit.get(p))
+                lim = z_limit_for(model, p, c)
                 if lim is not None and np.any(~np.isnan(z)):
-                    per.append(trace_atypicality(z, lim, skip=unknown_skip_mask(model)))
-            scores.append(float(combine(per)) if per else 0.0)
+                    per.append(trace_atypicality(z, lim, skip=skip))
+            scores.append(min(per) if per else 0.0)
         model.atypical_max = float(np.percentile(scores, KNOWN_UNKNOWN_PCT))
     p_ok = [
         _p_best(j, model.forest_temperature)
