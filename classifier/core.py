@@ -36,6 +36,7 @@ def summarise(trace: Trace) -> TraceSummary:
         {f.name: f.score for f in findings},
         None,
         ev,
+        rtt_ms=float(a.prepared.rtt * 1000.0),
     )
 
 

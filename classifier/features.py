@@ -586,6 +586,10 @@ FEATURES = (
     "pulse_rise",  # share of a >= 3 RTT excursion spent climbing (BBRv3's triangles: most of it)
     "pulse_top",  # share spent within 10 % of its peak (a flat top: an in-flight bound held)
     "pulse_gain",  # their median peak / median level (BBRv1 ProbeBW ~1.25)
+    # the queue a delay-based sender settles on (Vegas alpha..beta segments): the 90th percentile
+    # of pipe - BDP over the last 60 % of congestion avoidance, NaN where the pipe never rose
+    # above the BDP (random loss kept the window below it: no target to read)
+    "queue_eq",
 )
 
 
@@ -699,6 +703,8 @@ def analyse(tr: Trace) -> TraceAnalysis:
     # drain slow start's queue down to its target
     late = float(np.median(pca[int(0.6 * len(pca)) :])) if len(pca) else level
     queue = float(np.clip((late - 1.0) * p.bdp / p.mss, -100.0, 400.0))
+    tail = pca[int(0.4 * len(pca)) :]
+    q_eq = float((np.percentile(tail, 90) - 1.0) * p.bdp / p.mss) if len(tail) else math.nan
     nan = math.nan  # "not measurable in this trace": the classifier marginalises it out
     ss_peak = float(np.max(p.smooth[: max(1, i0)]))
     seg_time = sum(sg.end - sg.start for sg in segs)
@@ -740,6 +746,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
             pulses.rise,
             pulses.top,
             pulses.gain,
+            min(q_eq, 400.0) if q_eq > 0 else math.nan,
         ]
     )
     return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)

@@ -25,11 +25,12 @@ from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "2.0.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "2.1.0"  # bump when features or decision rules change; retrain with it
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
-UNUSED_FEATURES: tuple[str, ...] = ()
+# queue_eq (2.1) only feeds the parameter check below: the forest is the same as 2.0's.
+UNUSED_FEATURES: tuple[str, ...] = ("queue_eq",)
 DEFAULT_MODEL = MODELS_DIR / f"ccscope-{CLASSIFIER_VERSION}.json"
 # Which detector vouches for which classes. BBRv2 and v3 share their timing (ProbeRTT to half the
 # BDP every ~5 s, cruise between bandwidth probes 2-3 s apart), so one detector speaks for both
@@ -45,6 +46,24 @@ FAMILY = {
     "reno/dctcp": "Reno",
 }  # fmt: skip
 
+
+# Parameter checks (2.1): the feature that carries a class's own control parameter. Vegas and NV
+# settle on a target queue (Vegas: alpha..beta = 2..4 segments); BBRv2/v3 hold in-flight at the
+# top of a bandwidth probe for a time the probe's pacing gain sets. A variant with another
+# parameter is named as its family by the forest and passes the all-feature test (its other
+# features are the family's), yet its value here falls outside what the class shows on the
+# nearest trained paths. Measured against the PARAM_K trained paths nearest in RTT (the RTT is
+# measured on the trace itself), since BBR's probe top grows with the RTT.
+PARAM_FEATURE: dict[str, str] = {
+    "vegas": "queue_eq", "nv": "queue_eq", "bbr": "pulse_top", "bbr2": "pulse_top",
+    "bbr3": "pulse_top",
+}  # fmt: skip
+PARAM_FEATURES: tuple[str, ...] = tuple(sorted(set(PARAM_FEATURE.values())))
+PARAM_K = 2
+# A check whose known CCAs, on a path left out of training, strayed further than this (in
+# within-path spreads) from the nearest trained paths says nothing about the class: dropped.
+# (BBRv1's probe top, 24-42; its ProbeBW cycle has no in-flight bound to hold.)
+PARAM_MAX_LIMIT = 10.0
 
 PROFILE_SLOTS = ("A", "B")  # the forest reads one block of features per standard profile
 FOREST_EPS = 1e-3  # a class no tree voted for is unlikely, not impossible (log of the share)
@@ -66,6 +85,7 @@ class TraceSummary:
     detectors: dict[str, float]
     insufficient: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    rtt_ms: float | None = None  # the path's base RTT as the trace shows it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,11 +93,19 @@ class TraceSummary:
             "features": self.features,
             "detectors": self.detectors,
             "insufficient": self.insufficient,
+            "rtt_ms": self.rtt_ms,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TraceSummary:
-        return cls(d["profile"], list(d["features"]), dict(d["detectors"]), d.get("insufficient"))
+        rtt = d.get("rtt_ms")
+        return cls(
+            d["profile"],
+            list(d["features"]),
+            dict(d["detectors"]),
+            d.get("insufficient"),
+            rtt_ms=None if rtt is None else float(rtt),
+        )
 
     @property
     def has_congestion_avoidance(self) -> bool:
@@ -112,6 +140,12 @@ class Model:
     z_limit: dict[str, list[float]] = field(default_factory=dict)
     atypical_max: float = math.inf
     min_confidence: float = 0.5  # below: no class likely enough -> Unknown
+    # the parameter checks: per "profile|class@condition" the PARAM_FEATURES' robust centre and
+    # spread (as class_stats), per "profile@condition" the median base RTT of its traces, per
+    # "profile|class" the |z| that known CCAs out of condition stayed under (LOCO maximum)
+    param_stats: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    condition_rtt: dict[str, float] = field(default_factory=dict)
+    param_limit: dict[str, float] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     # the features the naive Bayes reads (the rest are computed as evidence only)
     used: list[str] = field(default_factory=lambda: [f for f in FEATURES if f not in UNUSED_FEATURES])
@@ -162,6 +196,12 @@ class Model:
             "z_limit": {k: [_r(v) for v in vs] for k, vs in sorted(self.z_limit.items())},
             "atypical_max": _r(self.atypical_max) if math.isfinite(self.atypical_max) else None,
             "min_confidence": _r(self.min_confidence),
+            "param_stats": {
+                k: {n: [_r(v) for v in vs] for n, vs in sorted(d.items())}
+                for k, d in sorted(self.param_stats.items())
+            },
+            "condition_rtt": {k: _r(v) for k, v in sorted(self.condition_rtt.items())},
+            "param_limit": {k: _r(v) for k, v in sorted(self.param_limit.items())},
             "families": {c: FAMILY.get(c, c) for c in self.classes},
             "training": self.training,
         }
@@ -199,6 +239,12 @@ class Model:
             z_limit={k: [float(v) for v in vs] for k, vs in d.get("z_limit", {}).items()},
             atypical_max=math.inf if d.get("atypical_max") is None else float(d["atypical_max"]),
             min_confidence=float(d["min_confidence"]),
+            param_stats={
+                k: {n: [float(v) for v in vs] for n, vs in c.items()}
+                for k, c in d.get("param_stats", {}).items()
+            },
+            condition_rtt={k: float(v) for k, v in d.get("condition_rtt", {}).items()},
+            param_limit={k: float(v) for k, v in d.get("param_limit", {}).items()},
             training=dict(d.get("training", {})),
             used=list(d.get("features_used", FEATURES)),
         )
@@ -290,6 +336,15 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         reasons.append(
             f"{what} lies {atyp:.1f}x further from {best} than known CCAs on unseen networks do "
             f"(limit {model.atypical_max:.1f}x)"
+        )
+    pz, p_prof, p_x, p_c = param_deviation(model, use, best)
+    lim_p = model.param_limit.get(f"{p_prof}|{best}") if p_prof else None
+    if lim_p is not None and pz > lim_p:
+        name = PARAM_FEATURE[best]
+        reasons.append(
+            f"{name} in profile {p_prof} ({p_x:.3g}; {best} on the nearest trained paths "
+            f"{p_c:.3g}) is outside what {best} holds: {pz:.1f} spreads off, known CCAs on "
+            f"unseen networks stay within {lim_p:.1f}"
         )
     if pr[k] < model.min_confidence:
         reasons.append(f"no class is likely enough (best: {best} at {pr[k]:.0%})")
@@ -459,6 +514,76 @@ def _nearest_center(model: Model, s: TraceSummary, cls: str, i: int) -> float:
     cs = [] if conds is None else [c for c in conds[0][:, i].tolist() if not math.isnan(c)]
     cs = cs or [model.class_stats[key]["center"][i]]
     return float(min(cs, key=lambda c: abs(c - x)))
+
+
+def param_z(
+    param_stats: dict[str, dict[str, list[float]]],
+    condition_rtt: dict[str, float],
+    s: TraceSummary,
+    cls: str,
+) -> tuple[float, float]:
+    """|z| of one trace's parameter feature against class `cls` on the PARAM_K trained paths
+    nearest in RTT where the class shows the feature (the smallest), and the nearest centre;
+    NaN where the class has no check, the trace lacks the feature or its RTT."""
+    name = PARAM_FEATURE.get(cls)
+    if name is None or s.insufficient is not None or s.rtt_ms is None or s.rtt_ms <= 0:
+        return math.nan, math.nan
+    x = float(s.features[FEATURES.index(name)])
+    j = PARAM_FEATURES.index(name)
+    if math.isnan(x):
+        return math.nan, math.nan
+    prefix = f"{s.profile}|{cls}@"
+    cands = []
+    for k, st in param_stats.items():
+        if not k.startswith(prefix):
+            continue
+        cond = k[len(prefix) :]
+        c, sc = st["center"][j], st["scale"][j]
+        r = condition_rtt.get(f"{s.profile}@{cond}")
+        if r is None or math.isnan(c):
+            continue
+        cands.append((abs(math.log(s.rtt_ms / r)), cond, c, sc))
+    if not cands:
+        return math.nan, math.nan
+    near = sorted(cands)[:PARAM_K]
+    z, c = min((abs(x - c) / sc, c) for _, _, c, sc in near)
+    return z, c
+
+
+def param_deviation(
+    model: Model, use: Sequence[TraceSummary], cls: str
+) -> tuple[float, str | None, float, float]:
+    """The parameter check of one measurement against class `cls`: the profile whose trace
+    lies furthest beyond its limit, as (|z|, profile, the trace's value, the nearest centre).
+    Unlike the all-feature test a single profile suffices: BBR's probe top separates only at
+    profile B's longer RTT."""
+    worst: tuple[float, str | None, float, float] = (0.0, None, math.nan, math.nan)
+    best_ratio = 0.0
+    for s in use:
+        lim = model.param_limit.get(f"{s.profile}|{cls}")
+        if lim is None:
+            continue
+        z, c = param_z(model.param_stats, model.condition_rtt, s, cls)
+        if not math.isnan(z) and z / lim > best_ratio:
+            best_ratio = z / lim
+            worst = (z, s.profile, float(s.features[FEATURES.index(PARAM_FEATURE[cls])]), c)
+    return worst
+
+
+def fit_param_stats(
+    X: np.ndarray, y: Sequence[str], prof: Sequence[str], cond: Sequence[str], rtt: Sequence[float]
+) -> tuple[dict[str, dict[str, list[float]]], dict[str, float]]:
+    """The parameter checks' references from training traces (X over all FEATURES): per profile,
+    class and condition the PARAM_FEATURES' centre and spread (fit_class_stats), and each
+    profile and condition's median base RTT."""
+    cols = [FEATURES.index(f) for f in PARAM_FEATURES]
+    stats = fit_class_stats(X[:, cols], y, prof, cond)
+    keep = {k: v for k, v in stats.items() if "@" in k and k.split("|", 1)[1].split("@")[0] in PARAM_FEATURE}
+    by: dict[str, list[float]] = {}
+    for p, c, r in zip(prof, cond, rtt, strict=True):
+        if r is not None and math.isfinite(r):
+            by.setdefault(f"{p}@{c}", []).append(float(r))
+    return keep, {k: float(np.median(v)) for k, v in sorted(by.items())}
 
 
 # --- training --------------------------------------------------------------------------------

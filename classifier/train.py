@@ -16,6 +16,7 @@ training split only, so no held-out trace influences the model.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 import warnings
@@ -36,6 +37,7 @@ from ccscope.classifier.model import (
     CLASSIFIER_VERSION,
     DETECTOR_CLASS,
     FAMILY,
+    PARAM_MAX_LIMIT,
     Model,
     TraceSummary,
     data_hash,
@@ -43,8 +45,10 @@ from ccscope.classifier.model import (
     feature_z,
     fit_class_stats,
     fit_gnbs,
+    fit_param_stats,
     fit_temperature,
     forest_row,
+    param_z,
     trace_atypicality,
     unknown_skip_mask,
     z_limit_for,
@@ -121,6 +125,20 @@ def units(samples: Sequence[dataset.Sample], runs_train: int) -> list[Unit]:
     return out
 
 
+def _rate_unknown(rows: Sequence[dict[str, Any]]) -> float | None:
+    return float(np.mean([r["pred"] == "unknown" for r in rows])) if rows else None
+
+
+def _trace_rtts(us: Sequence[Unit], summ: dict[str, TraceSummary]) -> list[float]:
+    """The base RTT of each usable trace, in _trace_rows' order."""
+    return [
+        math.nan if (r := summ[p].rtt_ms) is None else float(r)
+        for u in us
+        for p in u.paths
+        if summ[p].insufficient is None
+    ]
+
+
 def _trace_rows(
     us: Sequence[Unit], summ: dict[str, TraceSummary]
 ) -> tuple[np.ndarray, list[str], list[str], list[str]]:
@@ -166,6 +184,7 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
     # one Gaussian per (class, training condition) plus one per class (see gnb.py)
     model.gnb = fit_gnbs(X[:, use], y, prof, cond)
     model.class_stats = fit_class_stats(X[:, use], y, prof, cond)
+    model.param_stats, model.condition_rtt = fit_param_stats(X, y, prof, cond, _trace_rtts(train, summ))
     model.forest = fit_forest(model, train, summ)
     # Leave-one-condition-out: the calibration sees how the model does on a network it was not
     # fitted to, which is what a held-out condition (and the Internet) looks like.
@@ -175,6 +194,7 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
     det_other: dict[str, list[float]] = defaultdict(list)
     z_ok: list[list[tuple[str, np.ndarray]]] = []
     z_cls: list[str] = []
+    param_z_max: dict[str, float] = defaultdict(float)
     for c in conds:
         tr = [u for u in train if u.condition != c]
         te = [u for u in train if u.condition == c]
@@ -189,10 +209,18 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
             min_confidence=0.0,
         )
         fold.forest = fit_forest(fold, tr, summ)
+        f_stats, f_rtt = fit_param_stats(Xt, yt, pt, ct, _trace_rtts(tr, summ))
         for u in te:
             ss = [summ[p] for p in u.paths if summ[p].insufficient is None]
             if not ss:
                 continue
+            # the parameter check's limit: how far known traces of the class stray, whatever
+            # the forest named them (a limit must not depend on the forest being right)
+            for s in ss:
+                pz, _ = param_z(f_stats, f_rtt, s, u.label)
+                if not math.isnan(pz):
+                    k = f"{s.profile}|{u.label}"
+                    param_z_max[k] = max(param_z_max[k], pz)
             d = decide(fold, ss)
             jlls.append(np.log(np.maximum([d.probabilities[k] for k in classes], 1e-300)))
             shape_jlls.append(np.log(np.maximum([d.shape_probabilities[k] for k in classes], 1e-300)))
@@ -236,6 +264,7 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
                     per.append(trace_atypicality(z, lim, skip=skip))
             scores.append(min(per) if per else 0.0)
         model.atypical_max = float(np.percentile(scores, KNOWN_UNKNOWN_PCT))
+    model.param_limit = {k: v for k, v in sorted(param_z_max.items()) if 0 < v <= PARAM_MAX_LIMIT}
     p_ok = [
         _p_best(j, model.forest_temperature)
         for j, t in zip(jlls, truth, strict=True)
@@ -367,6 +396,7 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
             "predictions": rows,
         }
     vr = preds.get("variants", [])
+    unseen = {c.name for c in dataset.CONDITIONS if c.split == "heldout"}
     res["variants"] = {
         "units": len(vr),
         "unknown_rate": float(np.mean([r["pred"] == "unknown" for r in vr])) if vr else None,
@@ -374,6 +404,10 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
         "named_as_base_rate": float(np.mean([r["pred"] == dataset.VARIANT_FAMILY.get(r["cca"]) for r in vr]))
         if vr
         else None,
+        # on a path the model trained on, a class's references are exact; on an unseen one the
+        # checks fall back to the nearest trained paths: both rates, since the Internet is the latter
+        "unknown_rate_unseen_paths": _rate_unknown([r for r in vr if r["condition"] in unseen]),
+        "unknown_rate_trained_paths": _rate_unknown([r for r in vr if r["condition"] not in unseen]),
         "per_variant": {
             v: {
                 "n": len(rr),
@@ -614,6 +648,10 @@ def write_eval(res: dict[str, Any], out: Path) -> None:
             )
     md.append("")
     md.append(f"Unknown rate on untrained variants: {res['variants']['unknown_rate']:.3f}")
+    md.append(
+        f"  on trained paths / on unseen paths: {_fmt(res['variants']['unknown_rate_trained_paths'])}"
+        f" / {_fmt(res['variants']['unknown_rate_unseen_paths'])}"
+    )
     md.append(f"Variants named as the CCA they vary: {res['variants']['named_as_base_rate']:.3f}")
     md.append(f"Unknown rate on known CCAs: {res['unknown_rate_known']:.3f}")
     md.append("")

@@ -148,6 +148,8 @@ def main() -> int:
                     for c in model.classes
                 ],
                 "unknown_rate_variants": res["variants"]["unknown_rate"],
+                "unknown_rate_variants_trained_paths": res["variants"]["unknown_rate_trained_paths"],
+                "unknown_rate_variants_unseen_paths": res["variants"]["unknown_rate_unseen_paths"],
                 "unknown_rate_per_variant": {
                     k: v["unknown"] for k, v in res["variants"]["per_variant"].items()
                 },

@@ -60,6 +60,21 @@ def test_untrained_variant_is_unknown_and_names_its_family() -> None:
     assert v.display == "unknown, CUBIC-like" and "further from cubic" in v.explanation
 
 
+@pytest.mark.parametrize(
+    ("variant", "family", "cls", "feature"),
+    [("vegas-a6", "Vegas", "vegas", "queue_eq"), ("bbr3-g15", "BBR", "bbr3", "pulse_top")],
+)
+def test_parameter_variant_is_unknown_by_its_parameter(
+    variant: str, family: str, cls: str, feature: str
+) -> None:
+    """Vegas with alpha 6 and BBRv3 with a 1.5 probe gain look like their family in every other
+    feature; the parameter check names them Unknown by the feature that carries the parameter
+    (the standing queue, the time a probe holds its top)."""
+    v = classify([Trace.load(fixture_path(variant, p)) for p in "AB"])
+    assert v.kind == "unknown" and v.nearest == family, v.explanation
+    assert f"{feature} in profile" in v.explanation and f"outside what {cls} holds" in v.explanation
+
+
 def test_same_input_same_bytes(traces: dict[tuple[str, str], Trace]) -> None:
     a = classify([traces[("bbr3", "A")], traces[("bbr3", "B")]]).to_json()
     b = classify([Trace.load(fixture_path("bbr3", "A")), Trace.load(fixture_path("bbr3", "B"))]).to_json()

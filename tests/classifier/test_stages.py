@@ -62,6 +62,8 @@ def test_standing_queue_of_vegas(traces: dict[tuple[str, str], Trace]) -> None:
     for prof in "AB":
         assert 1.0 < _f(F.analyse(traces[("vegas", prof)]), "queue_pkts") < 6.0
         assert _f(F.analyse(traces[("cubic", prof)]), "queue_pkts") > 20.0
+        # the settled queue the parameter check reads: the same target, NaN never here
+        assert 2.0 < _f(F.analyse(traces[("vegas", prof)]), "queue_eq") < 6.0
 
 
 def test_probe_pulses_of_bbr(traces: dict[tuple[str, str], Trace]) -> None:
@@ -240,3 +242,26 @@ def test_trace_atypicality_reads_the_kth_worst_feature() -> None:
     assert trace_atypicality(z, lim, kth=1) == 4.0 and trace_atypicality(z, lim, kth=2) == 3.0
     assert trace_atypicality(z, lim, kth=1, skip=np.array([False, True, False, False])) == 3.0
     assert trace_atypicality(np.array([np.nan]), [1.0]) == 0.0
+
+
+def test_param_check_uses_the_trained_paths_nearest_in_rtt() -> None:
+    """The parameter check compares a trace with the class on the PARAM_K trained paths nearest
+    in RTT and keeps the smaller |z|; a path far away in RTT does not excuse a value."""
+    from ccscope.classifier.model import PARAM_FEATURES, TraceSummary, param_z
+
+    j = PARAM_FEATURES.index("queue_eq")
+    feats = [float("nan")] * len(F.FEATURES)
+    feats[F.FEATURES.index("queue_eq")] = 10.0
+
+    def st(c: float) -> dict[str, list[float]]:
+        centre, scale = [0.0] * len(PARAM_FEATURES), [1.0] * len(PARAM_FEATURES)
+        centre[j], scale[j] = c, 0.5
+        return {"center": centre, "scale": scale}
+
+    stats = {"A|vegas@near": st(4.0), "A|vegas@mid": st(5.0), "A|vegas@far": st(10.0)}
+    rtts = {"A@near": 110.0, "A@mid": 130.0, "A@far": 300.0}
+    s = TraceSummary("A", feats, {}, rtt_ms=112.0)
+    z, c = param_z(stats, rtts, s, "vegas")
+    assert c == 5.0 and abs(z - 10.0) < 1e-9  # (10 - 5) / 0.5, the far path (10.0) not consulted
+    assert np.isnan(param_z(stats, rtts, s, "cubic")[0])  # no check for the class
+    assert np.isnan(param_z(stats, rtts, TraceSummary("A", feats, {}), "vegas")[0])  # no RTT
