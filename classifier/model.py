@@ -275,6 +275,7 @@ class Decision:
     reasons: list[str]
     shape_probabilities: dict[str, float] = field(default_factory=dict)  # the naive Bayes' alone
     atypicality: float = 0.0  # the worst used feature's |z| against `best`, over its LOCO limit
+    param_excess: float = 0.0  # the parameter check's |z| over its limit (0: no check applies)
 
 
 def forest_row(model: Model, use: Sequence[TraceSummary]) -> np.ndarray:
@@ -356,6 +357,7 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         reasons,
         {c: float(v) for c, v in zip(model.classes, shape, strict=True)},
         float(atyp),
+        float(pz / lim_p) if lim_p else 0.0,
     )
 
 

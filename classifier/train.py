@@ -342,9 +342,12 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
                 # and by the naive Bayes alone (the method's published model, as a peer)
                 "top1": top[0]["class"],
                 "top1_naive_bayes": shape[0]["class"],
-                # how far past the Unknown limits the measurement lies (1.0 = on them), for
+                # how far past the Unknown limits the measurement lies (1.0 = on them; the
+                # all-feature test or the parameter check, whichever is further), for
                 # `unknown_tradeoff`; None when no trace was usable
-                "unknown_excess": ev["atypicality"] / model.atypical_max if usable else None,
+                "unknown_excess": max(ev["atypicality"] / model.atypical_max, ev.get("param_excess", 0.0))
+                if usable
+                else None,
                 "low_confidence": usable and top[0]["p"] < model.min_confidence,
                 # whether a profile's trace shows the window growing after a back-off at all
                 "congestion_avoidance": any(summ[p].has_congestion_avoidance for p in u.paths),
@@ -455,10 +458,10 @@ UNKNOWN_LIMIT_SCALES = (0.6, 0.8, 1.0, 1.5, 2.0)
 def unknown_tradeoff(
     res: dict[str, Any], scales: Sequence[float] = UNKNOWN_LIMIT_SCALES
 ) -> list[dict[str, float]]:
-    """What the Unknown rules trade, read off `evaluate`'s predictions: with the per-feature
-    limit scaled by each factor (1.0 = the calibrated model; the confidence floor unchanged),
-    the share of known held-out measurements and of variant measurements that become Unknown,
-    and the share of known ones still named correctly."""
+    """What the Unknown rules trade, read off `evaluate`'s predictions: with the per-feature and
+    parameter-check limits scaled by each factor (1.0 = the calibrated model; the confidence
+    floor unchanged), the share of known held-out measurements and of variant measurements that
+    become Unknown, and the share of known ones still named correctly."""
 
     def rows(splits: Sequence[str]) -> list[dict[str, Any]]:
         return [
