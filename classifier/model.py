@@ -62,7 +62,8 @@ PARAM_FEATURES: tuple[str, ...] = tuple(sorted(set(PARAM_FEATURE.values())))
 PARAM_K = 2
 # A check whose known CCAs, on a path left out of training, strayed further than this (in
 # within-path spreads) from the nearest trained paths says nothing about the class: dropped.
-# (BBRv1's probe top, 24-42; its ProbeBW cycle has no in-flight bound to hold.)
+# On the 2.1 reference set: BBRv1's probe top (24-42 per profile), BBRv2's (11-21) and NV's
+# queue in profile A (23).
 PARAM_MAX_LIMIT = 10.0
 
 PROFILE_SLOTS = ("A", "B")  # the forest reads one block of features per standard profile
@@ -542,7 +543,8 @@ def param_z(
         cond = k[len(prefix) :]
         c, sc = st["center"][j], st["scale"][j]
         r = condition_rtt.get(f"{s.profile}@{cond}")
-        if r is None or math.isnan(c):
+        # a model file is data: a path without an RTT or a spread is no reference
+        if r is None or not r > 0 or math.isnan(c) or not sc > 0:
             continue
         cands.append((abs(math.log(s.rtt_ms / r)), cond, c, sc))
     if not cands:

@@ -265,3 +265,7 @@ def test_param_check_uses_the_trained_paths_nearest_in_rtt() -> None:
     assert c == 5.0 and abs(z - 10.0) < 1e-9  # (10 - 5) / 0.5, the far path (10.0) not consulted
     assert np.isnan(param_z(stats, rtts, s, "cubic")[0])  # no check for the class
     assert np.isnan(param_z(stats, rtts, TraceSummary("A", feats, {}), "vegas")[0])  # no RTT
+    # a damaged model file: a zero spread or a path RTT of 0 is skipped, never divided by
+    bad = {"A|vegas@near": {"center": st(4.0)["center"], "scale": [0.0] * len(PARAM_FEATURES)}}
+    assert np.isnan(param_z(bad, rtts, s, "vegas")[0])
+    assert np.isnan(param_z(stats, {"A@near": 0.0, "A@mid": -1.0, "A@far": float("nan")}, s, "vegas")[0])
