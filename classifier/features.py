@@ -623,6 +623,28 @@ def _median(xs: list[float], default: float) -> float:
     return float(np.median(xs)) if xs else default
 
 
+# A queue drifting by more than this many segments over the window has not settled: Vegas
+# draining slow start's queue at one segment per round trip (on a long path that outlasts the
+# download) shows where it is passing, not its target.
+SETTLE_SEGMENTS = 6.0
+
+
+def settled_queue(pipe: np.ndarray, bdp_segments: float) -> float:
+    """The queue a delay-based sender settles on, in segments: the 90th percentile of pipe - BDP
+    over `pipe` (late congestion avoidance, in BDPs). NaN where it never rose above the BDP
+    (random loss kept the window below it: no target to read) or where it still drifts (a
+    linear trend moves it by more than SETTLE_SEGMENTS over the window)."""
+    if len(pipe) < 2:
+        return math.nan
+    q = (pipe - 1.0) * bdp_segments
+    x = np.linspace(0.0, 1.0, len(q))
+    drift = float(np.polyfit(x, q, 1)[0])  # the trend's change over the whole window
+    v = float(np.percentile(q, 90))
+    if not v > 0 or abs(drift) > SETTLE_SEGMENTS:
+        return math.nan
+    return min(v, 400.0)
+
+
 def analyse(tr: Trace) -> TraceAnalysis:
     """All stages for one trace. Raises InsufficientData with a reason."""
     p = prepare(tr)
@@ -703,8 +725,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
     # drain slow start's queue down to its target
     late = float(np.median(pca[int(0.6 * len(pca)) :])) if len(pca) else level
     queue = float(np.clip((late - 1.0) * p.bdp / p.mss, -100.0, 400.0))
-    tail = pca[int(0.4 * len(pca)) :]
-    q_eq = float((np.percentile(tail, 90) - 1.0) * p.bdp / p.mss) if len(tail) else math.nan
+    q_eq = settled_queue(pca[int(0.4 * len(pca)) :], p.bdp / p.mss)
     nan = math.nan  # "not measurable in this trace": the classifier marginalises it out
     ss_peak = float(np.max(p.smooth[: max(1, i0)]))
     seg_time = sum(sg.end - sg.start for sg in segs)
@@ -746,7 +767,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
             pulses.rise,
             pulses.top,
             pulses.gain,
-            min(q_eq, 400.0) if q_eq > 0 else math.nan,
+            q_eq,
         ]
     )
     return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)

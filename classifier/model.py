@@ -25,7 +25,7 @@ from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "2.1.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "2.1.1"  # bump when features or decision rules change; retrain with it
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
@@ -62,9 +62,13 @@ PARAM_FEATURES: tuple[str, ...] = tuple(sorted(set(PARAM_FEATURE.values())))
 PARAM_K = 2
 # A check whose known CCAs, on a path left out of training, strayed further than this (in
 # within-path spreads) from the nearest trained paths says nothing about the class: dropped.
-# On the 2.1 reference set: BBRv1's probe top (24-42 per profile), BBRv2's (11-21) and NV's
-# queue in profile A (23).
+# On the 2.1 reference set: BBRv1's probe top (24-33 per profile), BBRv2's (11-21), NV's queue in
+# profile B (28) and, narrowly, Vegas's in profile B (10.7).
 PARAM_MAX_LIMIT = 10.0
+# ... and so does one whose feature the class shows in under this share of its training traces
+# in a profile (NV's settled queue: 24 % and 11 %; NV rarely settles on these paths), since the
+# few paths that show it cannot stand for the rest.
+PARAM_MIN_PRESENCE = 0.5
 
 PROFILE_SLOTS = ("A", "B")  # the forest reads one block of features per standard profile
 FOREST_EPS = 1e-3  # a class no tree voted for is unlikely, not impossible (log of the share)

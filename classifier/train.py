@@ -37,7 +37,9 @@ from ccscope.classifier.model import (
     CLASSIFIER_VERSION,
     DETECTOR_CLASS,
     FAMILY,
+    PARAM_FEATURE,
     PARAM_MAX_LIMIT,
+    PARAM_MIN_PRESENCE,
     Model,
     TraceSummary,
     data_hash,
@@ -122,6 +124,20 @@ def units(samples: Sequence[dataset.Sample], runs_train: int) -> list[Unit]:
         else:
             split = "train"
         out.append(Unit(key, s0.label, s0.cca, s0.condition, split, [s.path for s in ss]))
+    return out
+
+
+def _param_presence(X: np.ndarray, y: Sequence[str], prof: Sequence[str]) -> dict[str, float]:
+    """Per "profile|class" with a parameter check: the share of its training traces that show
+    the check's feature (the rest have it NaN)."""
+    ya, pa = np.asarray(y), np.asarray(prof)
+    out = {}
+    for cls, name in PARAM_FEATURE.items():
+        col = X[:, FEATURES.index(name)]
+        for p in sorted(set(pa.tolist())):
+            sel = (ya == cls) & (pa == p)
+            if sel.any():
+                out[f"{p}|{cls}"] = float(np.mean(~np.isnan(col[sel])))
     return out
 
 
@@ -264,7 +280,12 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
                     per.append(trace_atypicality(z, lim, skip=skip))
             scores.append(min(per) if per else 0.0)
         model.atypical_max = float(np.percentile(scores, KNOWN_UNKNOWN_PCT))
-    model.param_limit = {k: v for k, v in sorted(param_z_max.items()) if 0 < v <= PARAM_MAX_LIMIT}
+    present = _param_presence(X, y, prof)
+    model.param_limit = {
+        k: v
+        for k, v in sorted(param_z_max.items())
+        if 0 < v <= PARAM_MAX_LIMIT and present.get(k, 0.0) >= PARAM_MIN_PRESENCE
+    }
     p_ok = [
         _p_best(j, model.forest_temperature)
         for j, t in zip(jlls, truth, strict=True)

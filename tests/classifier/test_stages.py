@@ -269,3 +269,16 @@ def test_param_check_uses_the_trained_paths_nearest_in_rtt() -> None:
     bad = {"A|vegas@near": {"center": st(4.0)["center"], "scale": [0.0] * len(PARAM_FEATURES)}}
     assert np.isnan(param_z(bad, rtts, s, "vegas")[0])
     assert np.isnan(param_z(stats, {"A@near": 0.0, "A@mid": -1.0, "A@far": float("nan")}, s, "vegas")[0])
+
+
+def test_settled_queue_needs_a_queue_that_has_settled() -> None:
+    """Vegas draining slow start's queue one segment per round trip is passing through, not at,
+    its target; a window held under the BDP has no target to read."""
+    bdp = 50.0
+    t = np.linspace(0.0, 1.0, 400)
+    flat = 1.0 + (4.0 + 0.5 * np.sin(40 * t)) / bdp  # 4 segments queued, wobbling
+    assert 3.5 < F.settled_queue(flat, bdp) < 5.0
+    draining = 1.0 + (40.0 - 60.0 * t) / bdp  # +40 -> -20 segments over the window
+    assert np.isnan(F.settled_queue(draining, bdp))
+    assert np.isnan(F.settled_queue(np.full(400, 0.7), bdp))  # 15 segments under the BDP
+    assert np.isnan(F.settled_queue(np.array([1.1]), bdp))
