@@ -25,7 +25,7 @@ from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "2.1.1"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "2.2.0"  # bump when features or decision rules change; retrain with it
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
@@ -145,6 +145,9 @@ class Model:
     z_limit: dict[str, list[float]] = field(default_factory=dict)
     atypical_max: float = math.inf
     min_confidence: float = 0.5  # below: no class likely enough -> Unknown
+    # the second most likely class, when of another family, at more than this share of the
+    # first's probability: the two disagree -> Unknown (train.RIVAL_PCT of LOCO measurements)
+    rival_ratio: float = math.inf
     # the parameter checks: per "profile|class@condition" the PARAM_FEATURES' robust centre and
     # spread (as class_stats), per "profile@condition" the median base RTT of its traces, per
     # "profile|class" the |z| that known CCAs out of condition stayed under (LOCO maximum)
@@ -201,6 +204,7 @@ class Model:
             "z_limit": {k: [_r(v) for v in vs] for k, vs in sorted(self.z_limit.items())},
             "atypical_max": _r(self.atypical_max) if math.isfinite(self.atypical_max) else None,
             "min_confidence": _r(self.min_confidence),
+            "rival_ratio": _r(self.rival_ratio) if math.isfinite(self.rival_ratio) else None,
             "param_stats": {
                 k: {n: [_r(v) for v in vs] for n, vs in sorted(d.items())}
                 for k, d in sorted(self.param_stats.items())
@@ -244,6 +248,7 @@ class Model:
             z_limit={k: [float(v) for v in vs] for k, vs in d.get("z_limit", {}).items()},
             atypical_max=math.inf if d.get("atypical_max") is None else float(d["atypical_max"]),
             min_confidence=float(d["min_confidence"]),
+            rival_ratio=math.inf if d.get("rival_ratio") is None else float(d["rival_ratio"]),
             param_stats={
                 k: {n: [float(v) for v in vs] for n, vs in c.items()}
                 for k, c in d.get("param_stats", {}).items()
@@ -352,6 +357,14 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
             f"{p_c:.3g}) is outside what {best} holds: {pz:.1f} spreads off, known CCAs on "
             f"unseen networks stay within {lim_p:.1f}"
         )
+    rival = rival_of(model.classes, pr)
+    if rival is not None and pr[rival] > model.rival_ratio * pr[k]:
+        r = model.classes[rival]
+        reasons.append(
+            f"two families disagree: {best} ({FAMILY.get(best, best)}) at {pr[k]:.0%} and {r} "
+            f"({FAMILY.get(r, r)}) at {pr[rival]:.0%}; known CCAs on unseen networks leave the "
+            f"runner-up of another family under {model.rival_ratio:.0%} of the best"
+        )
     if pr[k] < model.min_confidence:
         reasons.append(f"no class is likely enough (best: {best} at {pr[k]:.0%})")
     return Decision(
@@ -364,6 +377,17 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         float(atyp),
         float(pz / lim_p) if lim_p else 0.0,
     )
+
+
+def rival_of(classes: Sequence[str], pr: np.ndarray) -> int | None:
+    """The index of the second most likely class when its family differs from the most likely
+    one's (two readings of the trace that name different kinds of CCA), else None. Ties break
+    by class name, as the verdict's ranking does."""
+    order = sorted(range(len(classes)), key=lambda i: (-float(pr[i]), classes[i]))
+    if len(order) < 2:
+        return None
+    a, b = classes[order[0]], classes[order[1]]
+    return order[1] if FAMILY.get(a, a) != FAMILY.get(b, b) else None
 
 
 def feature_z(model: Model, s: TraceSummary, cls: str) -> np.ndarray | None:

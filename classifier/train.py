@@ -51,6 +51,7 @@ from ccscope.classifier.model import (
     fit_temperature,
     forest_row,
     param_z,
+    rival_of,
     trace_atypicality,
     unknown_skip_mask,
     z_limit_for,
@@ -65,6 +66,11 @@ ZLIM_MIN_CLASS = 10  # LOCO hits of a class (per profile) before it gets its own
 # recoveries no other condition resembles) made the limit flag 5 % of known held-out
 # measurements, over the 3 % a census can afford.
 KNOWN_UNKNOWN_PCT = 100.0
+# "Two disagree": the runner-up of another family may reach this percentile of what it reached
+# on LOCO measurements of known CCAs. The Unknown budget is 3 % of known CCAs; on LOCO folds the
+# confidence floor spends 1 % (its 1st percentile) and the atypicality limit none, which leaves
+# 2 % here.
+RIVAL_PCT = 98.0
 
 
 def _summarise_path(path: str) -> dict[str, Any]:
@@ -292,6 +298,8 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
         if int(np.argmax(j)) == t
     ]
     model.min_confidence = float(np.clip(np.percentile(p_ok, 1.0), 0.05, 0.3)) if p_ok else 0.3
+    rivals = [_rival_share(j, model.forest_temperature, classes) for j in jlls]
+    model.rival_ratio = float(np.percentile(rivals, RIVAL_PCT)) if rivals else math.inf
     counts: dict[str, int] = defaultdict(int)
     for lbl in y:
         counts[lbl] += 1
@@ -319,6 +327,14 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
     body.pop("version")
     model.version = f"ccscope-{CLASSIFIER_VERSION}+{data_hash(body)[:8]}"
     return model
+
+
+def _rival_share(jll: np.ndarray, temperature: float, classes: Sequence[str]) -> float:
+    """A LOCO measurement's runner-up of another family as a share of the best (0 when the two
+    most likely classes share a family), at the calibrated temperature."""
+    z = jll / temperature
+    i = rival_of(classes, z)
+    return 0.0 if i is None else float(np.exp(z[i] - z.max()))
 
 
 def _p_best(jll: np.ndarray, temperature: float) -> float:
@@ -370,6 +386,7 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
                 if usable
                 else None,
                 "low_confidence": usable and top[0]["p"] < model.min_confidence,
+                "rival": usable and any(x.startswith("two families disagree") for x in ev["unknown_because"]),
                 # whether a profile's trace shows the window growing after a back-off at all
                 "congestion_avoidance": any(summ[p].has_congestion_avoidance for p in u.paths),
             }
@@ -481,8 +498,8 @@ def unknown_tradeoff(
 ) -> list[dict[str, float]]:
     """What the Unknown rules trade, read off `evaluate`'s predictions: with the per-feature and
     parameter-check limits scaled by each factor (1.0 = the calibrated model; the confidence
-    floor unchanged), the share of known held-out measurements and of variant measurements that
-    become Unknown, and the share of known ones still named correctly."""
+    floor and the two-families rule unchanged), the share of known held-out measurements and of
+    variant measurements that become Unknown, and the share of known ones still named correctly."""
 
     def rows(splits: Sequence[str]) -> list[dict[str, Any]]:
         return [
@@ -495,8 +512,8 @@ def unknown_tradeoff(
     known, var = rows(("heldout_runs", "heldout_conditions")), rows(("variants",))
     out = []
     for f in scales:
-        ku = [r["unknown_excess"] > f or r["low_confidence"] for r in known]
-        vu = [r["unknown_excess"] > f or r["low_confidence"] for r in var]
+        ku = [r["unknown_excess"] > f or r["low_confidence"] or r.get("rival", False) for r in known]
+        vu = [r["unknown_excess"] > f or r["low_confidence"] or r.get("rival", False) for r in var]
         named = [r["top1"] == r["label"] and not unk for r, unk in zip(known, ku, strict=True)]
         out.append(
             {

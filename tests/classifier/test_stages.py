@@ -282,3 +282,15 @@ def test_settled_queue_needs_a_queue_that_has_settled() -> None:
     assert np.isnan(F.settled_queue(draining, bdp))
     assert np.isnan(F.settled_queue(np.full(400, 0.7), bdp))  # 15 segments under the BDP
     assert np.isnan(F.settled_queue(np.array([1.1]), bdp))
+
+
+def test_rival_is_the_runner_up_of_another_family() -> None:
+    """ "Two disagree" compares the best class with the runner-up only when they name different
+    kinds of CCA: BBRv1 against BBRv2 is one family (the label may be unsure, not Unknown)."""
+    from ccscope.classifier.model import rival_of
+
+    classes = ["bbr", "bbr2", "bic", "illinois"]
+    assert rival_of(classes, np.array([0.5, 0.4, 0.1, 0.0])) is None  # BBR and BBR
+    assert rival_of(classes, np.array([0.0, 0.0, 0.45, 0.55])) == 2  # Illinois, then BIC
+    assert rival_of(classes, np.array([0.0, 0.0, 0.5, 0.5])) == 3  # a tie: by name, as ranked
+    assert rival_of(["cubic"], np.array([1.0])) is None
