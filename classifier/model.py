@@ -234,6 +234,15 @@ class Model:
                 "the model was trained on other features than this code computes; "
                 "retrain with `ccscope train`"
             )
+        param_stats = {
+            k: {n: [float(v) for v in vs] for n, vs in c.items()} for k, c in d.get("param_stats", {}).items()
+        }
+        for k, c in param_stats.items():
+            if any(len(c.get(n, [])) != len(PARAM_FEATURES) for n in ("center", "scale")):
+                raise ValueError(f"param_stats[{k!r}] does not hold one value per {PARAM_FEATURES}")
+        rival = math.inf if d.get("rival_ratio") is None else float(d["rival_ratio"])
+        if not rival >= 0:
+            raise ValueError(f"rival_ratio {rival} is not a share")
         return cls(
             version=str(d["version"]),
             classes=list(d["classes"]),
@@ -248,11 +257,8 @@ class Model:
             z_limit={k: [float(v) for v in vs] for k, vs in d.get("z_limit", {}).items()},
             atypical_max=math.inf if d.get("atypical_max") is None else float(d["atypical_max"]),
             min_confidence=float(d["min_confidence"]),
-            rival_ratio=math.inf if d.get("rival_ratio") is None else float(d["rival_ratio"]),
-            param_stats={
-                k: {n: [float(v) for v in vs] for n, vs in c.items()}
-                for k, c in d.get("param_stats", {}).items()
-            },
+            rival_ratio=rival,
+            param_stats=param_stats,
             condition_rtt={k: float(v) for k, v in d.get("condition_rtt", {}).items()},
             param_limit={k: float(v) for k, v in d.get("param_limit", {}).items()},
             training=dict(d.get("training", {})),

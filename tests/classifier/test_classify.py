@@ -7,13 +7,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from ccscope.classifier import classify
 from ccscope.classifier.cli import load_traces
-from ccscope.classifier.model import DEFAULT_MODEL, Model
+from ccscope.classifier.model import DEFAULT_MODEL, Model, ModelError
 from ccscope.errors import CCScopeError
 from ccscope.trace import FlowKey, Trace
 from tests.classifier.conftest import CCAS, CLASS_OF, VARIANT, fixture_path
@@ -50,6 +51,25 @@ def test_single_profile_is_enough(cca: str, profile: str, traces: dict[tuple[str
     the CCA: the forest also learnt from each profile alone."""
     v = classify([traces[(cca, profile)]])
     assert v.kind == "cca" and v.label == CLASS_OF.get(cca, cca), v.explanation
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m["param_limit"].update({"A|vegas": "x"}), "could not convert"),
+        (lambda m: m["param_stats"].update({"A|vegas@d5": {"center": [1.0], "scale": [0.0]}}), "param_stats"),
+        (lambda m: m.update({"rival_ratio": -1.0}), "rival_ratio"),
+    ],
+)
+def test_damaged_model_file_is_refused(tmp_path: Path, change: Any, message: str) -> None:
+    """The Unknown checks' references come from the model file: a damaged one is refused on
+    load with the reason, not met mid-verdict."""
+    doc = json.loads(DEFAULT_MODEL.read_text())
+    change(doc)
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelError, match=message):
+        Model.load(path)
 
 
 def test_untrained_variant_is_unknown_and_names_its_family() -> None:
