@@ -240,6 +240,18 @@ class Model:
         for k, c in param_stats.items():
             if any(len(c.get(n, [])) != len(PARAM_FEATURES) for n in ("center", "scale")):
                 raise ValueError(f"param_stats[{k!r}] does not hold one value per {PARAM_FEATURES}")
+        used = list(d.get("features_used", FEATURES))
+        class_stats = {
+            k: {n: [float(v) for v in vs] for n, vs in c.items()} for k, c in d.get("class_stats", {}).items()
+        }
+        z_limit = {k: [float(v) for v in vs] for k, vs in d.get("z_limit", {}).items()}
+        # numpy would broadcast a one-element row against every feature without a word
+        for k, c in class_stats.items():
+            if any(len(c.get(n, [])) != len(used) for n in ("center", "scale")):
+                raise ValueError(f"class_stats[{k!r}] does not hold one value per used feature")
+        for k, vs in z_limit.items():
+            if len(vs) != len(used):
+                raise ValueError(f"z_limit[{k!r}] does not hold one value per used feature")
         rival = math.inf if d.get("rival_ratio") is None else float(d["rival_ratio"])
         if not rival >= 0:
             raise ValueError(f"rival_ratio {rival} is not a share")
@@ -250,11 +262,8 @@ class Model:
             temperature=float(d["temperature"]),
             forest=RandomForest.from_dict(d["forest"]) if d.get("forest") else None,
             forest_temperature=float(d.get("forest_temperature", 1.0)),
-            class_stats={
-                k: {n: [float(v) for v in vs] for n, vs in c.items()}
-                for k, c in d.get("class_stats", {}).items()
-            },
-            z_limit={k: [float(v) for v in vs] for k, vs in d.get("z_limit", {}).items()},
+            class_stats=class_stats,
+            z_limit=z_limit,
             atypical_max=math.inf if d.get("atypical_max") is None else float(d["atypical_max"]),
             min_confidence=float(d["min_confidence"]),
             rival_ratio=rival,
@@ -262,7 +271,7 @@ class Model:
             condition_rtt={k: float(v) for k, v in d.get("condition_rtt", {}).items()},
             param_limit={k: float(v) for k, v in d.get("param_limit", {}).items()},
             training=dict(d.get("training", {})),
-            used=list(d.get("features_used", FEATURES)),
+            used=used,
         )
 
     @classmethod

@@ -59,6 +59,8 @@ def test_single_profile_is_enough(cca: str, profile: str, traces: dict[tuple[str
         (lambda m: m["param_limit"].update({"A|vegas": "x"}), "could not convert"),
         (lambda m: m["param_stats"].update({"A|vegas@d5": {"center": [1.0], "scale": [0.0]}}), "param_stats"),
         (lambda m: m.update({"rival_ratio": -1.0}), "rival_ratio"),
+        (lambda m: m["class_stats"].update({"A|vegas": {"center": [1.0], "scale": [1.0]}}), "class_stats"),
+        (lambda m: m["z_limit"].update({"A": [1.0]}), "z_limit"),
     ],
 )
 def test_damaged_model_file_is_refused(tmp_path: Path, change: Any, message: str) -> None:
