@@ -301,6 +301,7 @@ class Decision:
     shape_probabilities: dict[str, float] = field(default_factory=dict)  # the naive Bayes' alone
     atypicality: float = 0.0  # the worst used feature's |z| against `best`, over its LOCO limit
     param_excess: float = 0.0  # the parameter check's |z| over its limit (0: no check applies)
+    families_disagree: bool = False  # the runner-up of another family passed its share
 
 
 def forest_row(model: Model, use: Sequence[TraceSummary]) -> np.ndarray:
@@ -346,9 +347,10 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
     best = model.classes[k]
     probs = {c: float(v) for c, v in zip(model.classes, pr, strict=True)}
     reasons: list[str] = []
-    # Two rules only. Until 1.3 a third and fourth stood here: the naive Bayes' mean squared
-    # z-score over a limit, and a BBR timing detector contradicting the label. On the 2.0
-    # reference set they named no variant Unknown (every flagged variant was flagged by the
+    # Four rules: the all-feature test, the parameter check (2.1), two families disagreeing
+    # (2.2) and the confidence floor. Until 1.3 two more stood here: the naive Bayes' mean
+    # squared z-score over a limit, and a BBR timing detector contradicting the label. On the
+    # 2.0 reference set they named no variant Unknown (every flagged variant was flagged by the
     # per-feature test below) and took 3 known held-out measurements (a BBRv1 at 60 ms with a
     # weak ProbeRTT signature, a Hybla with 23 % of its packets retransmitted, a BIC under
     # 0.2 % loss and jitter): the forest already reads the detector scores, and the mean
@@ -363,9 +365,8 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
             f"{what} lies {atyp:.1f}x further from {best} than known CCAs on unseen networks do "
             f"(limit {model.atypical_max:.1f}x)"
         )
-    pz, p_prof, p_x, p_c = param_deviation(model, use, best)
-    lim_p = model.param_limit.get(f"{p_prof}|{best}") if p_prof else None
-    if lim_p is not None and pz > lim_p:
+    pz, lim_p, p_prof, p_x, p_c = param_deviation(model, use, best)
+    if p_prof is not None and pz > lim_p:
         name = PARAM_FEATURE[best]
         reasons.append(
             f"{name} in profile {p_prof} ({p_x:.3g}; {best} on the nearest trained paths "
@@ -373,7 +374,9 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
             f"unseen networks stay within {lim_p:.1f}"
         )
     rival = rival_of(model.classes, pr)
+    disagree = False
     if rival is not None and pr[rival] > model.rival_ratio * pr[k]:
+        disagree = True
         r = model.classes[rival]
         reasons.append(
             f"two families disagree: {best} ({FAMILY.get(best, best)}) at {pr[k]:.0%} and {r} "
@@ -390,7 +393,8 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         reasons,
         {c: float(v) for c, v in zip(model.classes, shape, strict=True)},
         float(atyp),
-        float(pz / lim_p) if lim_p else 0.0,
+        float(pz / lim_p) if p_prof is not None else 0.0,
+        disagree,
     )
 
 
@@ -599,12 +603,12 @@ def param_z(
 
 def param_deviation(
     model: Model, use: Sequence[TraceSummary], cls: str
-) -> tuple[float, str | None, float, float]:
+) -> tuple[float, float, str | None, float, float]:
     """The parameter check of one measurement against class `cls`: the profile whose trace
-    lies furthest beyond its limit, as (|z|, profile, the trace's value, the nearest centre).
-    Unlike the all-feature test a single profile suffices: BBR's probe top separates only at
-    profile B's longer RTT."""
-    worst: tuple[float, str | None, float, float] = (0.0, None, math.nan, math.nan)
+    lies furthest beyond its limit, as (|z|, its limit, profile, the trace's value, the nearest
+    centre); profile None when no trace has a check. Unlike the all-feature test a single
+    profile suffices: BBR's probe top separates only at profile B's longer RTT."""
+    worst: tuple[float, float, str | None, float, float] = (0.0, math.inf, None, math.nan, math.nan)
     best_ratio = 0.0
     for s in use:
         lim = model.param_limit.get(f"{s.profile}|{cls}")
@@ -613,7 +617,7 @@ def param_deviation(
         z, c = param_z(model.param_stats, model.condition_rtt, s, cls)
         if not math.isnan(z) and z / lim > best_ratio:
             best_ratio = z / lim
-            worst = (z, s.profile, float(s.features[FEATURES.index(PARAM_FEATURE[cls])]), c)
+            worst = (z, lim, s.profile, float(s.features[FEATURES.index(PARAM_FEATURE[cls])]), c)
     return worst
 
 

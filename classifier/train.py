@@ -382,11 +382,11 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
                 # how far past the Unknown limits the measurement lies (1.0 = on them; the
                 # all-feature test or the parameter check, whichever is further), for
                 # `unknown_tradeoff`; None when no trace was usable
-                "unknown_excess": max(ev["atypicality"] / model.atypical_max, ev.get("param_excess", 0.0))
+                "unknown_excess": max(ev["atypicality"] / model.atypical_max, ev["param_excess"])
                 if usable
                 else None,
                 "low_confidence": usable and top[0]["p"] < model.min_confidence,
-                "rival": usable and any(x.startswith("two families disagree") for x in ev["unknown_because"]),
+                "rival": usable and ev["families_disagree"],
                 # whether a profile's trace shows the window growing after a back-off at all
                 "congestion_avoidance": any(summ[p].has_congestion_avoidance for p in u.paths),
             }
@@ -413,7 +413,7 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
             "mean_recall_top1_naive_bayes": _mean_recall(rows, classes, "top1_naive_bayes"),
             "mean_recall": float(np.mean(recalls)) if recalls else None,
             "accuracy": float(np.mean([r["pred"] == r["label"] for r in known])) if known else None,
-            "unknown_rate": float(np.mean([r["pred"] == "unknown" for r in known])) if known else None,
+            "unknown_rate": _rate_unknown(known),
             "insufficient_rate": float(np.mean([r["pred"] == "insufficient" for r in known]))
             if known
             else None,
@@ -440,7 +440,7 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
     unseen = {c.name for c in dataset.CONDITIONS if c.split == "heldout"}
     res["variants"] = {
         "units": len(vr),
-        "unknown_rate": float(np.mean([r["pred"] == "unknown" for r in vr])) if vr else None,
+        "unknown_rate": _rate_unknown(vr),
         # the next best outcome for a census: named as the CCA it is a variant of
         "named_as_base_rate": float(np.mean([r["pred"] == dataset.VARIANT_FAMILY.get(r["cca"]) for r in vr]))
         if vr
@@ -452,7 +452,7 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
         "per_variant": {
             v: {
                 "n": len(rr),
-                "unknown": float(np.mean([r["pred"] == "unknown" for r in rr])),
+                "unknown": _rate_unknown(rr),
                 "predicted": dict(sorted(_count(r["pred"] for r in rr).items())),
                 "nearest_family_ok": float(
                     np.mean(
@@ -475,9 +475,7 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
         if rows:
             res[split]["mean_recall_merged_identical"] = merged_recall(rows, classes)
     known_all = [r for s in ("heldout_runs", "heldout_conditions") for r in preds.get(s, [])]
-    res["unknown_rate_known"] = (
-        float(np.mean([r["pred"] == "unknown" for r in known_all])) if known_all else None
-    )
+    res["unknown_rate_known"] = _rate_unknown(known_all)
     res["weakest_pairs"] = weakest_pairs(res)
     return res
 
@@ -512,8 +510,8 @@ def unknown_tradeoff(
     known, var = rows(("heldout_runs", "heldout_conditions")), rows(("variants",))
     out = []
     for f in scales:
-        ku = [r["unknown_excess"] > f or r["low_confidence"] or r.get("rival", False) for r in known]
-        vu = [r["unknown_excess"] > f or r["low_confidence"] or r.get("rival", False) for r in var]
+        ku = [r["unknown_excess"] > f or r["low_confidence"] or r["rival"] for r in known]
+        vu = [r["unknown_excess"] > f or r["low_confidence"] or r["rival"] for r in var]
         named = [r["top1"] == r["label"] and not unk for r, unk in zip(known, ku, strict=True)]
         out.append(
             {
