@@ -73,6 +73,8 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
         # the parameter check: the trace's deviation over its limit (1.0 = on it; 0 = no check)
         "param_excess": d.param_excess,
         "families_disagree": d.families_disagree,
+        # the pair test: the measurement's pair atypicality over its limit (0 = no test)
+        "pair_excess": d.pair_excess,
         # classes this measurement cannot rule out (posterior within 5x of the best): CCAs that
         # behave identically under the method's profiles (e.g. DCTCP without ECN marks is Reno)
         "also_consistent_with": [c for c, p in top[1:] if p >= 0.2 * top[0][1]],

@@ -25,7 +25,7 @@ from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "2.2.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "2.3.0"  # bump when features or decision rules change; retrain with it
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
@@ -154,6 +154,9 @@ class Model:
     param_stats: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     condition_rtt: dict[str, float] = field(default_factory=dict)
     param_limit: dict[str, float] = field(default_factory=dict)
+    # the pair test (2.3): per class, the pair atypicality known CCAs of the class stayed under
+    # on LOCO folds (their maximum); a class without an entry has no pair test
+    pair_limit: dict[str, float] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     # the features the naive Bayes reads (the rest are computed as evidence only)
     used: list[str] = field(default_factory=lambda: [f for f in FEATURES if f not in UNUSED_FEATURES])
@@ -210,6 +213,7 @@ class Model:
                 for k, d in sorted(self.param_stats.items())
             },
             "condition_rtt": {k: _r(v) for k, v in sorted(self.condition_rtt.items())},
+            "pair_limit": {k: _r(v) for k, v in sorted(self.pair_limit.items())},
             "param_limit": {k: _r(v) for k, v in sorted(self.param_limit.items())},
             "families": {c: FAMILY.get(c, c) for c in self.classes},
             "training": self.training,
@@ -252,6 +256,10 @@ class Model:
         for k, vs in z_limit.items():
             if len(vs) != len(used):
                 raise ValueError(f"z_limit[{k!r}] does not hold one value per used feature")
+        pair_limit = {k: float(v) for k, v in d.get("pair_limit", {}).items()}
+        for k, v in pair_limit.items():
+            if not v > 0:
+                raise ValueError(f"pair_limit[{k!r}] = {v} is not a positive limit")
         rival = math.inf if d.get("rival_ratio") is None else float(d["rival_ratio"])
         if not rival >= 0:
             raise ValueError(f"rival_ratio {rival} is not a share")
@@ -270,6 +278,7 @@ class Model:
             param_stats=param_stats,
             condition_rtt={k: float(v) for k, v in d.get("condition_rtt", {}).items()},
             param_limit={k: float(v) for k, v in d.get("param_limit", {}).items()},
+            pair_limit=pair_limit,
             training=dict(d.get("training", {})),
             used=used,
         )
@@ -302,6 +311,7 @@ class Decision:
     atypicality: float = 0.0  # the worst used feature's |z| against `best`, over its LOCO limit
     param_excess: float = 0.0  # the parameter check's |z| over its limit (0: no check applies)
     families_disagree: bool = False  # the runner-up of another family passed its share
+    pair_excess: float = 0.0  # the pair test's score over its limit (0: no test applies)
 
 
 def forest_row(model: Model, use: Sequence[TraceSummary]) -> np.ndarray:
@@ -347,15 +357,15 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
     best = model.classes[k]
     probs = {c: float(v) for c, v in zip(model.classes, pr, strict=True)}
     reasons: list[str] = []
-    # Four rules: the all-feature test, the parameter check (2.1), two families disagreeing
-    # (2.2) and the confidence floor. Until 1.3 two more stood here: the naive Bayes' mean
-    # squared z-score over a limit, and a BBR timing detector contradicting the label. On the
-    # 2.0 reference set they named no variant Unknown (every flagged variant was flagged by the
-    # per-feature test below) and took 3 known held-out measurements (a BBRv1 at 60 ms with a
-    # weak ProbeRTT signature, a Hybla with 23 % of its packets retransmitted, a BIC under
-    # 0.2 % loss and jitter): the forest already reads the detector scores, and the mean
-    # z-score is a blunter form of the per-feature test. Each extra rule's limit is the extreme
-    # of a few hundred LOCO measurements, so each adds its own chance of a false Unknown.
+    # Five rules: the all-feature test, the parameter check (2.1), the pair test (2.3), two
+    # families disagreeing (2.2) and the confidence floor. Until 1.3 two more stood here: the
+    # naive Bayes' mean squared z-score over a limit, and a BBR timing detector contradicting
+    # the label. On the 2.0 reference set they named no variant Unknown (every flagged variant
+    # was flagged by the per-feature test below) and took 3 known held-out measurements (a BBRv1
+    # at 60 ms with a weak ProbeRTT signature, a Hybla with 23 % of its packets retransmitted, a
+    # BIC under 0.2 % loss and jitter): the forest already reads the detector scores, and the
+    # mean z-score is a blunter form of the per-feature test. Each extra rule's limit is the
+    # extreme of a few hundred LOCO measurements, so each adds its own chance of a false Unknown.
     atyp, a_prof, a_feat, a_x, a_c = atypical_feature(model, use, best)
     if atyp > model.atypical_max:
         what = (
@@ -372,6 +382,14 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
             f"{name} in profile {p_prof} ({p_x:.3g}; {best} on the nearest trained paths "
             f"{p_c:.3g}) is outside what {best} holds: {pz:.1f} spreads off, known CCAs on "
             f"unseen networks stay within {lim_p:.1f}"
+        )
+    pa, pa_prof, pa_f1, pa_f2 = pair_deviation(model, use, best)
+    pa_lim = model.pair_limit.get(best)
+    if pa_lim is not None and pa > pa_lim:
+        reasons.append(
+            f"{pa_f1} and {pa_f2} in profile {pa_prof} fit no trained path of {best} together: "
+            f"the nearest lies {pa:.1f}x beyond the per-feature limits, known CCAs on unseen "
+            f"networks stay within {pa_lim:.1f}x"
         )
     rival = rival_of(model.classes, pr)
     disagree = False
@@ -395,6 +413,7 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         float(atyp),
         float(pz / lim_p) if p_prof is not None else 0.0,
         disagree,
+        float(pa / pa_lim) if pa_lim is not None else 0.0,
     )
 
 
@@ -409,6 +428,18 @@ def rival_of(classes: Sequence[str], pr: np.ndarray) -> int | None:
     return order[1] if FAMILY.get(a, a) != FAMILY.get(b, b) else None
 
 
+def condition_z(model: Model, s: TraceSummary, cls: str) -> np.ndarray | None:
+    """|z| per training condition (rows) and used feature (columns) of one trace against class
+    `cls` in its profile: the distance from the class's median on that path in units of the
+    class's spread within a condition; None when the model has no per-condition statistics."""
+    conds = model.condition_stats(f"{s.profile}|{cls}")
+    if conds is None:
+        return None
+    x = np.asarray(s.features, dtype=np.float64)[model.used_index]
+    with np.errstate(all="ignore"):
+        return np.abs(x - conds[0]) / conds[1]
+
+
 def feature_z(model: Model, s: TraceSummary, cls: str) -> np.ndarray | None:
     """|z| per used feature of one trace against class `cls` in its profile: the distance from
     the nearest of the class's training conditions (its median there), in units of the class's
@@ -419,13 +450,13 @@ def feature_z(model: Model, s: TraceSummary, cls: str) -> np.ndarray | None:
     st = model.class_stats.get(key)
     if st is None:
         return None
-    x = np.asarray(s.features, dtype=np.float64)[model.used_index]
-    conds = model.condition_stats(key)
-    if conds is None:
+    zc = condition_z(model, s, cls)
+    if zc is None:
+        x = np.asarray(s.features, dtype=np.float64)[model.used_index]
         return np.abs(x - np.asarray(st["center"])) / np.asarray(st["scale"])
-    with np.errstate(all="ignore"), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a feature the class never shows
-        return np.nanmin(np.abs(x - conds[0]) / conds[1], axis=0)
+        return np.nanmin(zc, axis=0)
 
 
 STATS_FLOOR = 0.1  # a class's spread of a feature is at least this share of the median over classes
@@ -554,6 +585,56 @@ def atypical_feature(
         per.append((sc, s.profile, model.used[i], x, _nearest_center(model, s, cls, i)))
     if not per:
         return 0.0, None, None, math.nan, math.nan
+    return min(per, key=lambda p: p[0])
+
+
+def pair_atypicality(
+    zc: np.ndarray, lim: Sequence[float], skip: np.ndarray | None = None
+) -> tuple[float, int, int]:
+    """The pair test of one trace (2.3), from its `condition_z` matrix: each feature's |z| over
+    its per-feature limit, per training condition; for every pair of features the path that
+    fits both best (the smallest, over conditions, of the larger of the two); the worst pair's
+    value and its two feature indices ((0.0, -1, -1) when under two features compare).
+    The all-feature test lets every feature pick its own nearest path, so a trace whose beta
+    matches one path and whose curvature matches another passes; a CCA on a real path shows
+    both on one. BIC with beta 0.5 has Illinois' and Reno's back-off and BIC's concave growth,
+    a pair no trained path of any of them shows."""
+    with np.errstate(all="ignore"):
+        e = zc / np.asarray(lim)
+    if skip is not None:
+        e = np.where(skip[None, :], np.nan, e)
+    cols = np.flatnonzero(~np.all(np.isnan(e), axis=0))
+    if len(cols) < 2:
+        return 0.0, -1, -1
+    a = np.where(np.isnan(e[:, cols]), -np.inf, e[:, cols])
+    both = np.maximum(a[:, :, None], a[:, None, :])
+    both = np.where(np.isneginf(both), np.inf, both)  # a path that shows neither fits no pair
+    fit = both.min(axis=0)
+    fit[np.tril_indices(len(cols))] = -np.inf  # each unordered pair once
+    fit[~np.isfinite(fit)] = -np.inf
+    i, j = np.unravel_index(int(np.argmax(fit)), fit.shape)
+    if not np.isfinite(fit[i, j]):
+        return 0.0, -1, -1
+    return float(fit[i, j]), int(cols[i]), int(cols[j])
+
+
+def pair_deviation(
+    model: Model, use: Sequence[TraceSummary], cls: str
+) -> tuple[float, str | None, str | None, str | None]:
+    """The pair test of one measurement against `cls`: the smallest `pair_atypicality` over its
+    profiles (as the all-feature test: a variant deviates in both, a glitch in one trace does
+    not count), as (score, profile, feature, feature); profile None when no trace compares."""
+    per: list[tuple[float, str | None, str | None, str | None]] = []
+    skip = unknown_skip_mask(model)
+    for s in use:
+        lim = z_limit_for(model, s.profile, cls)
+        zc = condition_z(model, s, cls)
+        if zc is None or lim is None:
+            continue
+        v, i, j = pair_atypicality(zc, lim, skip)
+        per.append((v, s.profile, model.used[i], model.used[j]) if i >= 0 else (v, None, None, None))
+    if not per:
+        return 0.0, None, None, None
     return min(per, key=lambda p: p[0])
 
 

@@ -42,6 +42,7 @@ from ccscope.classifier.model import (
     PARAM_MIN_PRESENCE,
     Model,
     TraceSummary,
+    condition_z,
     data_hash,
     decide,
     feature_z,
@@ -50,6 +51,7 @@ from ccscope.classifier.model import (
     fit_param_stats,
     fit_temperature,
     forest_row,
+    pair_atypicality,
     param_z,
     rival_of,
     trace_atypicality,
@@ -215,6 +217,7 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
     det_own: dict[str, list[float]] = defaultdict(list)
     det_other: dict[str, list[float]] = defaultdict(list)
     z_ok: list[list[tuple[str, np.ndarray]]] = []
+    zc_ok: list[list[tuple[str, np.ndarray]]] = []  # the same traces' per-condition |z| (pair test)
     z_cls: list[str] = []
     param_z_max: dict[str, float] = defaultdict(float)
     for c in conds:
@@ -250,6 +253,8 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
             if d.best == u.label:
                 zs = [(s.profile, feature_z(fold, s, d.best)) for s in ss]
                 z_ok.append([(p, z) for p, z in zs if z is not None])
+                zcs = [(s.profile, condition_z(fold, s, d.best)) for s in ss]
+                zc_ok.append([(p, z) for p, z in zcs if z is not None])
                 z_cls.append(d.best)
             for n, k in DETECTOR_CLASS.items():
                 sc = max(s.detectors.get(n, 0.0) for s in ss)
@@ -286,6 +291,19 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
                     per.append(trace_atypicality(z, lim, skip=skip))
             scores.append(min(per) if per else 0.0)
         model.atypical_max = float(np.percentile(scores, KNOWN_UNKNOWN_PCT))
+        # the pair test's limit per class: the largest pair atypicality of its known traces
+        # out of condition (as the parameter check's: a maximum, per class, since a pair of
+        # features that moves together on some path does so for one class and not another)
+        pair_max: dict[str, float] = defaultdict(float)
+        for zcs, c in zip(zc_ok, z_cls, strict=True):
+            per = []
+            for p, zc in zcs:
+                lim = z_limit_for(model, p, c)
+                if lim is not None:
+                    per.append(pair_atypicality(zc, lim, skip)[0])
+            if per:
+                pair_max[c] = max(pair_max[c], min(per))
+        model.pair_limit = {c: v for c, v in sorted(pair_max.items()) if v > 0}
     present = _param_presence(X, y, prof)
     model.param_limit = {
         k: v
@@ -382,7 +400,9 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
                 # how far past the Unknown limits the measurement lies (1.0 = on them; the
                 # all-feature test or the parameter check, whichever is further), for
                 # `unknown_tradeoff`; None when no trace was usable
-                "unknown_excess": max(ev["atypicality"] / model.atypical_max, ev["param_excess"])
+                "unknown_excess": max(
+                    ev["atypicality"] / model.atypical_max, ev["param_excess"], ev["pair_excess"]
+                )
                 if usable
                 else None,
                 "low_confidence": usable and top[0]["p"] < model.min_confidence,

@@ -59,6 +59,8 @@ def test_single_profile_is_enough(cca: str, profile: str, traces: dict[tuple[str
         (lambda m: m["param_limit"].update({"A|vegas": "x"}), "could not convert"),
         (lambda m: m["param_stats"].update({"A|vegas@d5": {"center": [1.0], "scale": [0.0]}}), "param_stats"),
         (lambda m: m.update({"rival_ratio": -1.0}), "rival_ratio"),
+        (lambda m: m["pair_limit"].update({"bic": -2.0}), "pair_limit"),
+        (lambda m: m["pair_limit"].update({"bic": "x"}), "could not convert"),
         (lambda m: m["class_stats"].update({"A|vegas": {"center": [1.0], "scale": [1.0]}}), "class_stats"),
         (lambda m: m["z_limit"].update({"A": [1.0]}), "z_limit"),
     ],
@@ -95,6 +97,20 @@ def test_parameter_variant_is_unknown_by_its_parameter(
     v = classify([Trace.load(fixture_path(variant, p)) for p in "AB"])
     assert v.kind == "unknown" and v.nearest == family, v.explanation
     assert f"{feature} in profile" in v.explanation and f"outside what {cls} holds" in v.explanation
+
+
+def test_pair_test_names_the_pair(traces: dict[tuple[str, str], Trace]) -> None:
+    """The pair test's limit comes from the model: a known BIC passes the shipped one, and with
+    the limit cut below its own pair atypicality the same traces are Unknown, naming the two
+    features and BIC as the nearest family."""
+    pair = [traces[("bic", "A")], traces[("bic", "B")]]
+    m = Model.load()
+    v = classify(pair, m)
+    assert v.kind == "cca" and v.label == "bic" and v.evidence["pair_excess"] <= 1.0
+    m.pair_limit["bic"] = m.pair_limit["bic"] * v.evidence["pair_excess"] / 2
+    u = classify(pair, m)
+    assert u.kind == "unknown" and u.nearest == "BIC", u.explanation
+    assert "fit no trained path of bic together" in u.explanation and "profile" in u.explanation
 
 
 def test_same_input_same_bytes(traces: dict[tuple[str, str], Trace]) -> None:

@@ -244,6 +244,22 @@ def test_trace_atypicality_reads_the_kth_worst_feature() -> None:
     assert trace_atypicality(np.array([np.nan]), [1.0]) == 0.0
 
 
+def test_pair_test_needs_both_features_on_one_path() -> None:
+    """Each feature alone matches some trained path; the pair test asks for one path that
+    matches both. A path where the class lacks a feature (NaN) judges the pair by the other."""
+    from ccscope.classifier.model import pair_atypicality
+
+    crossed = np.array([[0.0, 10.0, 0.5], [10.0, 0.0, 0.5]])  # rows: paths; columns: features
+    assert pair_atypicality(crossed, [1.0, 1.0, 1.0]) == (10.0, 0, 1)
+    assert pair_atypicality(crossed, [2.0, 2.0, 1.0]) == (5.0, 0, 1)  # over the per-feature limits
+    both = np.array([[0.0, 0.0, 0.5], [10.0, 10.0, 0.5]])  # one path fits all three
+    assert pair_atypicality(both, [1.0, 1.0, 1.0]) == (0.5, 0, 2)
+    assert pair_atypicality(crossed, [1.0] * 3, np.array([False, True, True]))[1:] == (-1, -1)
+    gap = np.array([[0.0, np.nan], [np.nan, 7.0]])  # the class shows feature 1 on path 1 only
+    assert pair_atypicality(gap, [1.0, 1.0])[0] == 0.0
+    assert pair_atypicality(np.full((2, 2), np.nan), [1.0, 1.0]) == (0.0, -1, -1)
+
+
 def test_param_check_uses_the_trained_paths_nearest_in_rtt() -> None:
     """The parameter check compares a trace with the class on the PARAM_K trained paths nearest
     in RTT and keeps the smaller |z|; a path far away in RTT does not excuse a value."""
