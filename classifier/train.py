@@ -398,7 +398,7 @@ def evaluate(model: Model, us: Sequence[Unit], summ: dict[str, TraceSummary]) ->
                 "top1": top[0]["class"],
                 "top1_naive_bayes": shape[0]["class"],
                 # how far past the Unknown limits the measurement lies (1.0 = on them; the
-                # all-feature test or the parameter check, whichever is further), for
+                # all-feature test, the parameter check or the pair test, whichever is further), for
                 # `unknown_tradeoff`; None when no trace was usable
                 "unknown_excess": max(
                     ev["atypicality"] / model.atypical_max, ev["param_excess"], ev["pair_excess"]
@@ -514,8 +514,8 @@ UNKNOWN_LIMIT_SCALES = (0.6, 0.8, 1.0, 1.5, 2.0)
 def unknown_tradeoff(
     res: dict[str, Any], scales: Sequence[float] = UNKNOWN_LIMIT_SCALES
 ) -> list[dict[str, float]]:
-    """What the Unknown rules trade, read off `evaluate`'s predictions: with the per-feature and
-    parameter-check limits scaled by each factor (1.0 = the calibrated model; the confidence
+    """What the Unknown rules trade, read off `evaluate`'s predictions: with the per-feature,
+    parameter-check and pair-test limits scaled by each factor (1.0 = the calibrated model; the confidence
     floor and the two-families rule unchanged), the share of known held-out measurements and of
     variant measurements that become Unknown, and the share of known ones still named correctly."""
 
