@@ -25,7 +25,7 @@ from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "2.3.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "2.3.1"  # bump when features or decision rules change; retrain with it
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
@@ -155,7 +155,8 @@ class Model:
     condition_rtt: dict[str, float] = field(default_factory=dict)
     param_limit: dict[str, float] = field(default_factory=dict)
     # the pair test (2.3): per class, the pair atypicality known CCAs of the class stayed under
-    # on LOCO folds (their maximum); a class without an entry has no pair test
+    # on LOCO folds (their maximum, times train.PAIR_MARGIN); a class without an entry has no
+    # pair test
     pair_limit: dict[str, float] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     # the features the naive Bayes reads (the rest are computed as evidence only)
