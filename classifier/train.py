@@ -74,11 +74,11 @@ KNOWN_UNKNOWN_PCT = 100.0
 # 2 % here.
 RIVAL_PCT = 98.0
 # The pair test's limit is PAIR_MARGIN times a class's LOCO maximum. That maximum rests on the
-# 20-60 known traces of one class the folds named right, so a new path exceeds it more often
-# than the folds suggest: the demo's vantage points (paths no fold held) put a known Reno and a
-# known Illinois at 1.10 and 1.23 of their limits. Chosen after the demo, in the direction of
-# fewer Unknowns; on the evaluation sets it costs one BIC beta 0.5 (variants 0.802 -> 0.792)
-# and changes nothing for known CCAs.
+# 36-72 training measurements of one class (those the folds named right), so a new path
+# exceeds it more often than the folds suggest: the demo's vantage points (paths no fold held)
+# put a known Reno and a known Illinois at 1.10 and 1.23 of their limits. Chosen after the
+# demo, in the direction of fewer Unknowns; on the evaluation sets it costs one BIC beta 0.5
+# (variants 0.802 -> 0.792) and changes nothing for known CCAs.
 PAIR_MARGIN = 1.3
 
 
