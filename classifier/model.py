@@ -600,10 +600,7 @@ def pair_atypicality(
     matches one path and whose curvature matches another passes; a CCA on a real path shows
     both on one. BIC with beta 0.5 has Illinois' and Reno's back-off and BIC's concave growth,
     a pair no trained path of any of them shows."""
-    with np.errstate(all="ignore"):
-        e = zc / np.asarray(lim)
-    if skip is not None:
-        e = np.where(skip[None, :], np.nan, e)
+    e = _excess(zc, lim, skip)  # the all-feature test's per-feature excess, one row per path
     cols = np.flatnonzero(~np.all(np.isnan(e), axis=0))
     if len(cols) < 2:
         return 0.0, -1, -1
