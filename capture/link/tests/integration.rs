@@ -269,20 +269,9 @@ fn tcp_transfer_rate_and_pcap() {
             .collect();
         // ACK numbers are absolute (random ISN): work relative to the first.
         let base = acks[0].1;
-        // The slope of a least-squares line through every ACK past the first 100 kB, not the
-        // two end points: with the other tests sharing two cores, one capture timestamp taken
-        // late moved an end-point estimate by 8 %.
-        let pts: Vec<(f64, f64)> = acks
-            .iter()
-            .filter(|(_, a)| a.wrapping_sub(base) > 100_000)
-            .map(|&(t, a)| (t as f64 / 1e9, a.wrapping_sub(base) as f64))
-            .collect();
-        assert!(pts.len() > 20, "{} ACKs past 100 kB", pts.len());
-        let n = pts.len() as f64;
-        let (mt, ma) = (pts.iter().map(|p| p.0).sum::<f64>() / n, pts.iter().map(|p| p.1).sum::<f64>() / n);
-        let sxy: f64 = pts.iter().map(|p| (p.0 - mt) * (p.1 - ma)).sum();
-        let sxx: f64 = pts.iter().map(|p| (p.0 - mt) * (p.0 - mt)).sum();
-        let goodput = sxy / sxx * 8.0;
+        let (t0, a0) = acks.iter().find(|(_, a)| a.wrapping_sub(base) > 100_000).copied().unwrap();
+        let (t1, a1) = *acks.last().unwrap();
+        let goodput = (a1.wrapping_sub(a0)) as f64 * 8.0 / ((t1 - t0) as f64 / 1e9);
         // 1448 payload bytes per 1500-byte packet: ~0.965 Mbit/s of goodput.
         assert!((0.93e6..1.0e6).contains(&goodput), "goodput {} bit/s", goodput);
 
