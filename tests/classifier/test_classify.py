@@ -113,6 +113,20 @@ def test_pair_test_names_the_pair(traces: dict[tuple[str, str], Trace]) -> None:
     assert "fit no trained path of bic together" in u.explanation and "profile" in u.explanation
 
 
+def test_confidence_floor_is_the_calibrated_one(traces: dict[tuple[str, str], Trace]) -> None:
+    """The floor comes from LOCO folds (their 1st percentile, no longer capped at 0.3), and a
+    measurement whose best class stays under it is Unknown with the probability named."""
+    m = Model.load()
+    assert 0.3 < m.min_confidence < 1.0
+    pair = [traces[("veno", "A")], traces[("veno", "B")]]
+    v = classify(pair, m)
+    assert v.kind == "cca" and v.label == "veno" and v.confidence >= m.min_confidence
+    m.min_confidence = min(1.0, v.confidence + 0.01)
+    u = classify(pair, m)
+    assert u.kind == "unknown" and u.nearest == "Reno", u.explanation
+    assert "no class is likely enough (best: veno at" in u.explanation
+
+
 def test_same_input_same_bytes(traces: dict[tuple[str, str], Trace]) -> None:
     a = classify([traces[("bbr3", "A")], traces[("bbr3", "B")]]).to_json()
     b = classify([Trace.load(fixture_path("bbr3", "A")), Trace.load(fixture_path("bbr3", "B"))]).to_json()
