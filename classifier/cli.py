@@ -63,6 +63,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", type=Path, help="model file (default classifier/models/ccscope-<version>.json)")
     p.add_argument("--eval-out", type=Path, default=DEFAULT_EVAL_DIR)
     p.add_argument("--workers", type=int, default=1, help="processes for feature extraction")
+    p.add_argument(
+        "--from-features",
+        type=Path,
+        metavar="FILE",
+        help="refit on a reference-features file instead of traces (no measuring; e.g. the "
+        "shipped classifier/models/reference-<version>.json.gz, which reproduces the shipped model)",
+    )
     p.set_defaults(func=cmd_train)
 
     p = subparsers.add_parser(
@@ -73,6 +80,13 @@ def register(subparsers: Any) -> None:
         "variants under --root (measured by `ccscope train`).",
     )
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    p.add_argument(
+        "--features",
+        type=Path,
+        metavar="FILE",
+        help="evaluate on a reference-features file instead of the traces under --root (default "
+        "when --root holds none: the shipped classifier/models/reference-<version>.json.gz)",
+    )
     p.add_argument("--model", type=Path, help="model artifact (default: the shipped one)")
     p.add_argument("--out", type=Path, default=DEFAULT_EVAL_DIR)
     p.add_argument("--workers", type=int, default=1)
@@ -140,11 +154,11 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
 def cmd_train(args: argparse.Namespace) -> int:
     from ccscope.classifier import dataset
     from ccscope.classifier.model import DEFAULT_MODEL
-    from ccscope.classifier.train import train_and_eval
+    from ccscope.classifier.train import ReferenceFeaturesError, train_and_eval
 
     if args.retrace:
         print(f"retraced {dataset.retrace(args.root)} reference traces from their pcaps", file=sys.stderr)
-    if not args.no_measure:
+    if args.from_features is None and not args.no_measure:
         dataset.collect(
             args.root, concurrency=args.concurrency, state_dir=args.state_dir, instance=args.instance
         )
@@ -152,7 +166,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"reference traces under {args.root}")
         return 0
     out = args.out or DEFAULT_MODEL
-    model, res = train_and_eval(args.root, out, args.eval_out, workers=args.workers)
+    try:
+        model, res = train_and_eval(
+            args.root, out, args.eval_out, workers=args.workers, features=args.from_features
+        )
+    except ReferenceFeaturesError as e:
+        raise CCScopeError(str(e)) from e
     print(f"model {model.version} -> {out}")
     print(json.dumps(_headline(res), indent=2))
     return 0
@@ -160,17 +179,42 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ccscope.classifier.model import Model, ModelError
-    from ccscope.classifier.train import evaluate, load_units, summaries_for, write_eval
+    from ccscope.classifier.train import (
+        DEFAULT_FEATURES,
+        ReferenceFeaturesError,
+        evaluate,
+        load_reference_features,
+        load_units,
+        summaries_for,
+        units,
+        write_eval,
+    )
 
     try:
         model = Model.load(args.model)
     except ModelError as e:
         raise CCScopeError(str(e)) from e
     runs_train = int(model.training.get("runs_train", 2))
-    us, samples = load_units(args.root, runs_train)
-    if not us:
-        raise CCScopeError(f"no reference traces under {args.root}; `ccscope train` measures them")
-    summ = summaries_for(samples, args.root, workers=args.workers)
+    features = args.features
+    if features is None:
+        us, samples = load_units(args.root, runs_train)
+        if not us:
+            if not DEFAULT_FEATURES.exists():
+                raise CCScopeError(f"no reference traces under {args.root}; `ccscope train` measures them")
+            features = DEFAULT_FEATURES
+            print(
+                f"no reference traces under {args.root}: evaluating on their shipped summaries "
+                f"({features.name})",
+                file=sys.stderr,
+            )
+        else:
+            summ = summaries_for(samples, args.root, workers=args.workers)
+    if features is not None:
+        try:
+            samples, summ = load_reference_features(features)
+        except ReferenceFeaturesError as e:
+            raise CCScopeError(str(e)) from e
+        us = units(samples, runs_train)
     res = evaluate(model, us, summ)
     res["model_version"] = model.version
     write_eval(res, args.out)

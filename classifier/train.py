@@ -15,6 +15,7 @@ training split only, so no held-out trace influences the model.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import sys
@@ -23,7 +24,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from ccscope.classifier.model import (
     CLASSIFIER_VERSION,
     DETECTOR_CLASS,
     FAMILY,
+    MODELS_DIR,
     PARAM_FEATURE,
     PARAM_MAX_LIMIT,
     PARAM_MIN_PRESENCE,
@@ -102,6 +104,77 @@ def summaries_for(samples: Sequence[dataset.Sample], root: Path, workers: int = 
                 cache[p] = _summarise_path(p)
         cache_file.write_text(json.dumps(cache, sort_keys=True))
     return {p: TraceSummary.from_dict(cache[p]) for p in {s.path for s in samples}}
+
+
+# The reference set's traces stay on the lab machine (3.5 GB with their pcaps); what training and
+# evaluation read from them, every trace's summary (features, detector scores, RTT) and what
+# produced it, ships beside the model, so `ccscope eval` and a refit reproduce the committed
+# figures and artifact on any machine. It holds numbers the code computed, not code: a feature
+# change (a CLASSIFIER_VERSION bump) needs the traces again.
+FEATURES_FORMAT = "ccscope-reference-features/1"
+DEFAULT_FEATURES = MODELS_DIR / f"reference-{CLASSIFIER_VERSION}.json.gz"
+
+
+class ReferenceFeaturesError(ValueError):
+    pass
+
+
+def save_reference_features(
+    samples: Sequence[dataset.Sample], summ: dict[str, TraceSummary], root: Path, path: Path
+) -> Path:
+    """Write the samples and their summaries, paths relative to `root`; gzip without a name or
+    time stamp, so the same summaries give the same bytes."""
+
+    def rel(p: str) -> str:
+        q = Path(p)
+        return str(q.relative_to(root)) if q.is_relative_to(root) else p
+
+    doc = {
+        "format": FEATURES_FORMAT,
+        "classifier_version": CLASSIFIER_VERSION,
+        "features": list(FEATURES),
+        "samples": [{**asdict(s), "path": rel(s.path)} for s in samples],
+        "summaries": {rel(p): summ[p].to_dict() for p in sorted(summ)},
+    }
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
+        gz.write(raw)
+    return path
+
+
+def load_reference_features(path: Path) -> tuple[list[dataset.Sample], dict[str, TraceSummary]]:
+    """The samples and summaries `save_reference_features` wrote; ReferenceFeaturesError with the reason
+    for a file that is not one, was computed by other feature code, or is damaged."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ReferenceFeaturesError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        doc = json.loads(gzip.decompress(raw))
+    except (OSError, EOFError, ValueError) as e:
+        raise ReferenceFeaturesError(f"{path}: not a readable gzip'd JSON document: {e}") from e
+    if not isinstance(doc, dict) or doc.get("format") != FEATURES_FORMAT:
+        raise ReferenceFeaturesError(f"{path}: not a {FEATURES_FORMAT} document")
+    if doc.get("features") != list(FEATURES):
+        raise ReferenceFeaturesError(
+            f"{path}: computed by classifier {doc.get('classifier_version')} with other features "
+            f"than this code ({CLASSIFIER_VERSION}) computes; run `ccscope train --no-measure` "
+            "on the reference traces"
+        )
+    try:
+        samples = [dataset.Sample(**{**r, "run": int(r["run"])}) for r in doc["samples"]]
+        summ = {str(k): TraceSummary.from_dict(v) for k, v in doc["summaries"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ReferenceFeaturesError(f"{path}: damaged sample or summary: {e!r}") from e
+    for k, v in summ.items():
+        # an insufficient trace has no features, only its reason
+        if (v.insufficient is None and len(v.features) != len(FEATURES)) or v.profile not in ("A", "B"):
+            raise ReferenceFeaturesError(f"{path}: summary of {k} does not hold one value per feature")
+    missing = sorted({s.path for s in samples} - set(summ))
+    if missing:
+        raise ReferenceFeaturesError(f"{path}: {len(missing)} samples have no summary, e.g. {missing[0]}")
+    return sorted(samples, key=lambda s: s.path), summ
 
 
 @dataclass
@@ -648,13 +721,22 @@ def train_and_eval(
     *,
     runs_train: int = dataset.RUNS_TRAIN,
     workers: int = 1,
+    features: Path | None = None,
 ) -> tuple[Model, dict[str, Any]]:
-    us, samples = load_units(root, runs_train)
-    if not us:
-        raise SystemExit(f"no reference traces under {root}; run `ccscope train` to measure them")
-    t0 = time.monotonic()
-    summ = summaries_for(samples, root, workers=workers)
-    print(f"summarised {len(summ)} traces in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    """Fit on the reference traces under `root` (and write their summaries beside the model),
+    or on a reference-features file (`features`) when the traces are elsewhere."""
+    if features is not None:
+        samples, summ = load_reference_features(features)
+        us = units(samples, runs_train)
+    else:
+        us, samples = load_units(root, runs_train)
+        if not us:
+            raise SystemExit(f"no reference traces under {root}; run `ccscope train` to measure them")
+        t0 = time.monotonic()
+        summ = summaries_for(samples, root, workers=workers)
+        print(f"summarised {len(summ)} traces in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        if out_model:
+            save_reference_features(samples, summ, root, out_model.parent / DEFAULT_FEATURES.name)
     train = [u for u in us if u.split == "train"]
     conds = sorted({(u.condition, u.split) for u in us})
     meta = {

@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import numpy as np
+import pytest
 
 from ccscope.classifier import classify
+from ccscope.classifier.cli import DEFAULT_EVAL_DIR as EVAL_DIR
 from ccscope.classifier.core import summarise
+from ccscope.classifier.dataset import Sample
 from ccscope.classifier.model import Model
-from ccscope.classifier.train import UNKNOWN_LIMIT_SCALES, Unit, evaluate, unknown_tradeoff
+from ccscope.classifier.train import (
+    DEFAULT_FEATURES,
+    UNKNOWN_LIMIT_SCALES,
+    ReferenceFeaturesError,
+    Unit,
+    evaluate,
+    load_reference_features,
+    save_reference_features,
+    unknown_tradeoff,
+)
 from ccscope.trace import Trace
 from tests.classifier.conftest import CCAS, CLASS_OF, fixture_path, load
+
+BENCH_JSON = EVAL_DIR.parent.parent / "results" / "classifier.json"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ccscope.cli", *args], capture_output=True, text=True)
 
 
 def _recovery_to_the_end() -> Trace:
@@ -71,3 +96,73 @@ def test_evaluate_scores_held_out_pairs_and_variants() -> None:
     assert at1["unknown_rate_known"] == hr["unknown_rate"] and at1["known_named_correctly"] == 1.0
     rates = [t["unknown_rate_known"] for t in trade]
     assert rates == sorted(rates, reverse=True)  # looser limits never flag more
+
+
+def test_shipped_features_reproduce_the_committed_figures(tmp_path: Path) -> None:
+    """The reference traces stay on the lab machine; their summaries ship beside the model, and
+    `ccscope eval` on them rewrites the committed evaluation byte for byte, whose figures are
+    the benchmark's."""
+    r = _cli("eval", "--root", str(tmp_path / "no-traces"), "--out", str(tmp_path / "eval"))
+    assert r.returncode == 0, r.stderr
+    assert "evaluating on their shipped summaries" in r.stderr
+    for name in ("eval.json", "eval.md", "confusion.png"):
+        assert (tmp_path / "eval" / name).read_bytes() == (EVAL_DIR / name).read_bytes(), name
+    res = json.loads((EVAL_DIR / "eval.json").read_text())
+    bench = json.loads(BENCH_JSON.read_text())
+    assert bench["model"] == res["model_version"] == Model.load().version
+    assert bench["recall_heldout_runs"] == res["heldout_runs"]["mean_recall"]
+    assert bench["recall_heldout_conditions"] == res["heldout_conditions"]["mean_recall"]
+    assert bench["unknown_rate_variants"] == res["variants"]["unknown_rate"]
+    assert bench["unknown_rate_known"] == res["unknown_rate_known"]
+
+
+def test_reference_features_round_trip(tmp_path: Path) -> None:
+    def sample(c: str, p: str) -> Sample:
+        path = tmp_path / "d5" / c / "run0" / f"{p}.sender.trace.json"
+        return Sample(str(path), c, CLASS_OF.get(c, c), "d5", "train", 0, p, False)
+
+    samples = [sample(c, p) for c in CCAS[:3] for p in "AB"]
+    summ = {s.path: summarise(load(s.cca, s.profile)) for s in samples}
+    a = save_reference_features(samples, summ, tmp_path, tmp_path / "a.json.gz")
+    back, bsumm = load_reference_features(a)
+    # paths relative to the root, values exact (NaN included: compared as JSON text)
+    assert [s.path for s in back] == sorted(str(Path(s.path).relative_to(tmp_path)) for s in samples)
+    for s in samples:
+        rel = str(Path(s.path).relative_to(tmp_path))
+        assert json.dumps(bsumm[rel].to_dict()) == json.dumps(summ[s.path].to_dict())
+    b = save_reference_features(samples, summ, tmp_path, tmp_path / "b.json.gz")
+    assert a.read_bytes() == b.read_bytes()  # no time stamp in the gzip header
+
+
+def _gz(tmp_path: Path, doc: object) -> Path:
+    p = tmp_path / "ref.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=0))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: d.update({"format": "other/1"}), "not a ccscope-reference-features/1"),
+        (lambda d: d.update({"features": d["features"][:-1]}), "other features"),
+        (lambda d: next(iter(d["summaries"].values())).update({"features": [1.0]}), "one value per"),
+        (lambda d: d["summaries"].pop(next(iter(d["summaries"]))), "have no summary"),
+        (lambda d: d["samples"][0].pop("cca"), "damaged sample"),
+        (lambda d: d["samples"][0].update({"run": "x"}), "damaged sample"),
+    ],
+)
+def test_damaged_reference_features_are_refused(tmp_path: Path, damage: Any, message: str) -> None:
+    doc = json.loads(gzip.decompress(DEFAULT_FEATURES.read_bytes()))
+    doc["samples"] = doc["samples"][:4]
+    doc["summaries"] = {s["path"]: doc["summaries"][s["path"]] for s in doc["samples"]}
+    damage(doc)
+    with pytest.raises(ReferenceFeaturesError, match=message):
+        load_reference_features(_gz(tmp_path, doc))
+
+
+def test_eval_on_a_garbage_features_file_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "garbage.json.gz"
+    bad.write_bytes(b"\x1f\x8b not really gzip")
+    r = _cli("eval", "--features", str(bad), "--out", str(tmp_path / "eval"))
+    assert r.returncode == 1 and "not a readable gzip'd JSON document" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "eval").exists()
