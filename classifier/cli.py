@@ -198,9 +198,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     features = args.features
     if features is None:
         us, samples = load_units(args.root, runs_train)
-        if not us:
-            if not DEFAULT_FEATURES.exists():
-                raise CCScopeError(f"no reference traces under {args.root}; `ccscope train` measures them")
+        if us:
+            summ = summaries_for(samples, args.root, workers=args.workers)
+        elif DEFAULT_FEATURES.exists():
             features = DEFAULT_FEATURES
             print(
                 f"no reference traces under {args.root}: evaluating on their shipped summaries "
@@ -208,7 +208,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         else:
-            summ = summaries_for(samples, args.root, workers=args.workers)
+            raise CCScopeError(f"no reference traces under {args.root}; `ccscope train` measures them")
     if features is not None:
         try:
             samples, summ = load_reference_features(features)
