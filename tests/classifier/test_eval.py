@@ -16,7 +16,7 @@ from ccscope.classifier import classify
 from ccscope.classifier.cli import DEFAULT_EVAL_DIR as EVAL_DIR
 from ccscope.classifier.core import summarise
 from ccscope.classifier.dataset import Sample
-from ccscope.classifier.model import Model
+from ccscope.classifier.model import DEFAULT_MODEL, Model
 from ccscope.classifier.train import (
     DEFAULT_FEATURES,
     UNKNOWN_LIMIT_SCALES,
@@ -168,3 +168,22 @@ def test_eval_on_a_garbage_features_file_is_a_clear_error(tmp_path: Path) -> Non
     r = _cli("eval", "--features", str(bad), "--out", str(tmp_path / "eval"))
     assert r.returncode == 1 and "not a readable gzip'd JSON document" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "eval").exists()
+
+
+@pytest.mark.slow
+def test_refit_on_shipped_features_reproduces_the_shipped_model(tmp_path: Path) -> None:
+    """The artifact is what the code fits on the reference set: refitting on the shipped
+    summaries (no traces, no lab) rewrites the shipped model file byte for byte (~3 min)."""
+    out = tmp_path / "model.json"
+    r = _cli(
+        "train",
+        "--from-features",
+        str(DEFAULT_FEATURES),
+        "--out",
+        str(out),
+        "--eval-out",
+        str(tmp_path / "e"),
+    )
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == DEFAULT_MODEL.read_bytes()
+    assert (tmp_path / "e" / "eval.json").read_bytes() == (EVAL_DIR / "eval.json").read_bytes()
