@@ -179,42 +179,26 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ccscope.classifier.model import Model, ModelError
-    from ccscope.classifier.train import (
-        DEFAULT_FEATURES,
-        ReferenceFeaturesError,
-        evaluate,
-        load_reference_features,
-        load_units,
-        summaries_for,
-        units,
-        write_eval,
-    )
+    from ccscope.classifier.train import ReferenceFeaturesError, evaluate, reference_data, write_eval
 
     try:
         model = Model.load(args.model)
     except ModelError as e:
         raise CCScopeError(str(e)) from e
     runs_train = int(model.training.get("runs_train", 2))
-    features = args.features
-    if features is None:
-        us, samples = load_units(args.root, runs_train)
-        if us:
-            summ = summaries_for(samples, args.root, workers=args.workers)
-        elif DEFAULT_FEATURES.exists():
-            features = DEFAULT_FEATURES
-            print(
-                f"no reference traces under {args.root}: evaluating on their shipped summaries "
-                f"({features.name})",
-                file=sys.stderr,
-            )
-        else:
-            raise CCScopeError(f"no reference traces under {args.root}; `ccscope train` measures them")
-    if features is not None:
-        try:
-            samples, summ = load_reference_features(features)
-        except ReferenceFeaturesError as e:
-            raise CCScopeError(str(e)) from e
-        us = units(samples, runs_train)
+    try:
+        us, _, summ, source = reference_data(
+            args.root, runs_train, features=args.features, shipped_fallback=True, workers=args.workers
+        )
+    except ReferenceFeaturesError as e:
+        raise CCScopeError(str(e)) from e
+    if not us:
+        raise CCScopeError(f"no reference traces under {args.root}; `ccscope train` measures them")
+    if source is not None and args.features is None:
+        print(
+            f"no reference traces under {args.root}: evaluating on their shipped summaries ({source.name})",
+            file=sys.stderr,
+        )
     res = evaluate(model, us, summ)
     res["model_version"] = model.version
     write_eval(res, args.out)

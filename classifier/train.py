@@ -714,6 +714,28 @@ def load_units(root: Path, runs_train: int = dataset.RUNS_TRAIN) -> tuple[list[U
     return units(samples, runs_train), samples
 
 
+def reference_data(
+    root: Path,
+    runs_train: int = dataset.RUNS_TRAIN,
+    *,
+    features: Path | None = None,
+    shipped_fallback: bool = False,
+    workers: int = 1,
+) -> tuple[list[Unit], list[dataset.Sample], dict[str, TraceSummary], Path | None]:
+    """The measurements, their samples and summaries, and the reference-features file they came
+    from (None: the traces under `root`): `features` when given, else the traces, else (with
+    `shipped_fallback`) DEFAULT_FEATURES. No units when none of them holds any."""
+    if features is None:
+        us, samples = load_units(root, runs_train)
+        if us:
+            return us, samples, summaries_for(samples, root, workers=workers), None
+        if not (shipped_fallback and DEFAULT_FEATURES.exists()):
+            return [], [], {}, None
+        features = DEFAULT_FEATURES
+    samples, summ = load_reference_features(features)
+    return units(samples, runs_train), samples, summ, features
+
+
 def train_and_eval(
     root: Path,
     out_model: Path | None,
@@ -725,15 +747,11 @@ def train_and_eval(
 ) -> tuple[Model, dict[str, Any]]:
     """Fit on the reference traces under `root` (and write their summaries beside the model),
     or on a reference-features file (`features`) when the traces are elsewhere."""
-    if features is not None:
-        samples, summ = load_reference_features(features)
-        us = units(samples, runs_train)
-    else:
-        us, samples = load_units(root, runs_train)
-        if not us:
-            raise SystemExit(f"no reference traces under {root}; run `ccscope train` to measure them")
-        t0 = time.monotonic()
-        summ = summaries_for(samples, root, workers=workers)
+    t0 = time.monotonic()
+    us, samples, summ, source = reference_data(root, runs_train, features=features, workers=workers)
+    if not us:
+        raise SystemExit(f"no reference traces under {root}; run `ccscope train` to measure them")
+    if source is None:
         print(f"summarised {len(summ)} traces in {time.monotonic() - t0:.0f} s", file=sys.stderr)
         if out_model:
             save_reference_features(samples, summ, root, out_model.parent / DEFAULT_FEATURES.name)

@@ -94,29 +94,22 @@ def main() -> int:
     from ccscope.classifier.dataset import LABEL_OF
     from ccscope.classifier.model import Model
     from ccscope.classifier.train import (
-        DEFAULT_FEATURES,
         IDENTICAL_GROUPS,
         evaluate,
-        load_reference_features,
-        load_units,
-        summaries_for,
-        units,
+        reference_data,
         unknown_tradeoff,
         write_eval,
     )
 
     model = Model.load()
     out: dict[str, object] = {"model": model.version, "classes": model.classes}
-    runs_train = int(model.training.get("runs_train", 2))
-    us, samples = load_units(args.root, runs_train)
-    if us:
-        summ = summaries_for(samples, args.root)
-    elif DEFAULT_FEATURES.exists():
-        # no traces on this machine: the accuracy figures from their shipped summaries (the
-        # same numbers); the speed figures below need the captures and are left out
-        samples, summ = load_reference_features(DEFAULT_FEATURES)
-        us = units(samples, runs_train)
-        out["accuracy_input"] = f"the shipped summaries of the reference traces ({DEFAULT_FEATURES.name})"
+    # without traces on this machine, the accuracy figures come from their shipped summaries
+    # (the same numbers); the speed figures below need the captures and are left out
+    us, _, summ, source = reference_data(
+        args.root, int(model.training.get("runs_train", 2)), shipped_fallback=True
+    )
+    if source is not None:
+        out["accuracy_input"] = f"the shipped summaries of the reference traces ({source.name})"
     if us:
         res = evaluate(model, us, summ)
         res["model_version"] = model.version
