@@ -5,6 +5,8 @@ them from a reference set."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,11 @@ VARIANT = "cubic-b50"  # an untrained variant's pair (tests/fixtures/regenerate.
 
 def fixture_path(cca: str, profile: str) -> Path:
     return FIXTURES / f"{cca}-d5-{profile}.trace.json.gz"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`ccscope ARGS` in a fresh interpreter, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "ccscope.cli", *args], capture_output=True, text=True)
 
 
 def load(cca: str, profile: str) -> Trace:

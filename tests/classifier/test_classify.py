@@ -17,7 +17,7 @@ from ccscope.classifier.cli import load_traces
 from ccscope.classifier.model import DEFAULT_MODEL, Model, ModelError
 from ccscope.errors import CCScopeError
 from ccscope.trace import FlowKey, Trace
-from tests.classifier.conftest import CCAS, CLASS_OF, VARIANT, fixture_path
+from tests.classifier.conftest import CCAS, CLASS_OF, VARIANT, cli, fixture_path
 
 FLOW = FlowKey("198.18.4.12", 443, "10.0.0.2", 40000)
 
@@ -191,17 +191,13 @@ def test_malformed_files_raise_clear_errors(tmp_path: Path) -> None:
         load_traces(str(tmp_path / "missing.json"))
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ccscope.cli", *args], capture_output=True, text=True)
-
-
 def test_cli_classify_json_and_errors(tmp_path: Path) -> None:
-    r = _cli("classify", "--json", str(fixture_path("cubic", "A")), str(fixture_path("cubic", "B")))
+    r = cli("classify", "--json", str(fixture_path("cubic", "A")), str(fixture_path("cubic", "B")))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["label"] == "cubic"
     bad = tmp_path / "x.trace.json"
     bad.write_text("[]")
-    r = _cli("classify", str(bad))
+    r = cli("classify", str(bad))
     assert r.returncode == 1 and "error" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -217,5 +213,5 @@ def test_pcap_and_nebby_csv_inputs(tmp_path: Path) -> None:
         (tr,) = load_traces(str(path))
         v = classify([tr])
         assert v.kind in ("cca", "unknown", "insufficient") and v.explanation
-        r = _cli("classify", "--json", str(path))
+        r = cli("classify", "--json", str(path))
         assert r.returncode in (0, 5, 6) and json.loads(r.stdout)["format"] == "ccscope-verdict/1"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +26,9 @@ from ccscope.classifier.train import (
     unknown_tradeoff,
 )
 from ccscope.trace import Trace
-from tests.classifier.conftest import CCAS, CLASS_OF, fixture_path, load
+from tests.classifier.conftest import CCAS, CLASS_OF, cli, fixture_path, load
 
 BENCH_JSON = EVAL_DIR.parent.parent / "results" / "classifier.json"
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ccscope.cli", *args], capture_output=True, text=True)
 
 
 def _recovery_to_the_end() -> Trace:
@@ -102,7 +96,7 @@ def test_shipped_features_reproduce_the_committed_figures(tmp_path: Path) -> Non
     """The reference traces stay on the lab machine; their summaries ship beside the model, and
     `ccscope eval` on them rewrites the committed evaluation byte for byte, whose figures are
     the benchmark's."""
-    r = _cli("eval", "--root", str(tmp_path / "no-traces"), "--out", str(tmp_path / "eval"))
+    r = cli("eval", "--root", str(tmp_path / "no-traces"), "--out", str(tmp_path / "eval"))
     assert r.returncode == 0, r.stderr
     assert "evaluating on their shipped summaries" in r.stderr
     for name in ("eval.json", "eval.md"):
@@ -165,7 +159,7 @@ def test_damaged_reference_features_are_refused(tmp_path: Path, damage: Any, mes
 def test_eval_on_a_garbage_features_file_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "garbage.json.gz"
     bad.write_bytes(b"\x1f\x8b not really gzip")
-    r = _cli("eval", "--features", str(bad), "--out", str(tmp_path / "eval"))
+    r = cli("eval", "--features", str(bad), "--out", str(tmp_path / "eval"))
     assert r.returncode == 1 and "not a readable gzip'd JSON document" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "eval").exists()
 
@@ -175,7 +169,7 @@ def test_refit_on_shipped_features_reproduces_the_shipped_model(tmp_path: Path) 
     """The artifact is what the code fits on the reference set: refitting on the shipped
     summaries (no traces, no lab) rewrites the shipped model file byte for byte (~3 min)."""
     out = tmp_path / "model.json"
-    r = _cli(
+    r = cli(
         "train",
         "--from-features",
         str(DEFAULT_FEATURES),
