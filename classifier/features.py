@@ -504,6 +504,7 @@ class Pulses:
     rise: float  # of the excursions lasting >= 3 RTT: share of their time spent climbing (10-90 %)
     top: float  # ... and share spent within 10 % of the peak (a flat top: an in-flight bound held)
     gain: float  # peak / median level, over all excursions
+    slope: float  # median rate of their rises, in BDP per RTT (a paced probe: its gain - 1)
 
 
 def find_pulses(p: Prepared, t0: float, t1: float, thr: float = 0.15) -> Pulses:
@@ -511,20 +512,29 @@ def find_pulses(p: Prepared, t0: float, t1: float, thr: float = 0.15) -> Pulses:
     times the median of [t0, t1]. BBRv1 probes for one RTT at 1.25x; BBRv3 climbs for several
     RTT to its in-flight bound and falls back at once (a triangle); a higher probe gain reaches
     the bound sooner and holds it (a trapezoid). Shapes are shares of each excursion's duration,
-    so they do not scale with the RTT; medians over the trace."""
+    so they do not scale with the RTT; medians over the trace.
+
+    The rise rate is the one figure a probe's pacing gain g sets alone: sending at g times the
+    bottleneck rate while ACKs return at 1x, in-flight data grows by (g - 1) BDP per RTT (BBRv3
+    0.25, with gain 1.5 0.5). An in-flight bound, the cwnd or a loss can only slow a rise, so
+    the rate is an upper bound's witness. Measured from the last local minimum before the
+    excursion (up to 3 RTT back) over 10-90 % of the climb; rates under MIN_RISE (a window drifting
+    against its bound) or over MAX_RISE (no ProbeBW gain does that: the jump at a recovery's end
+    or the refill after ProbeRTT) are left out."""
     i0, i1 = int(np.searchsorted(p.t, t0)), int(np.searchsorted(p.t, t1))
     nan = math.nan
     if i1 - i0 < 16:
-        return Pulses(0, nan, nan, nan)
+        return Pulses(0, nan, nan, nan, nan)
     x = lowpass(p.raw[i0:i1], DT, 4.0 / p.rtt)
     m = float(np.median(x))
     if m <= 0:
-        return Pulses(0, nan, nan, nan)
+        return Pulses(0, nan, nan, nan, nan)
     above = x > m * (1.0 + thr)
     edges = np.diff(np.concatenate([[0], above.astype(np.int8), [0]]))
     starts, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
-    rise, top, gain = [], [], []
+    rise, top, gain, slope = [], [], [], []
     n = 0
+    back = int(3.0 * p.rtt / DT)
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         if (b - a) * DT < 0.5 * p.rtt:
             continue  # a blip, not a probe
@@ -532,6 +542,9 @@ def find_pulses(p: Prepared, t0: float, t1: float, thr: float = 0.15) -> Pulses:
         k = a + int(np.argmax(x[a:b]))
         h = x[k] - m
         gain.append(float(x[k] / m))
+        s = _rise_rate(x, a, k, back) * p.rtt / DT
+        if MIN_RISE < s < MAX_RISE:
+            slope.append(s)
         if (b - a) * DT < 3.0 * p.rtt:
             continue  # too short to have a shape beyond its height
         r10 = int(np.nonzero(x[a : k + 1] >= m + 0.1 * h)[0][0])
@@ -543,7 +556,26 @@ def find_pulses(p: Prepared, t0: float, t1: float, thr: float = 0.15) -> Pulses:
         float(np.median(rise)) if rise else nan,
         float(np.median(top)) if top else nan,
         float(np.median(gain)) if gain else nan,
+        float(np.median(slope)) if slope else nan,
     )
+
+
+MIN_RISE, MAX_RISE = 0.05, 1.2  # BDP per RTT (find_pulses)
+
+
+def _rise_rate(x: np.ndarray, a: int, k: int, back: int) -> float:
+    """Rate (per grid step) of the climb to x[k] that crossed into an excursion at a: from the
+    last local minimum before a (at most `back` steps back), over 10-90 % of the climb."""
+    a0 = a
+    while a0 > max(0, a - back) and x[a0 - 1] < x[a0]:
+        a0 -= 1
+    h = float(x[k] - x[a0])
+    if k - a0 < 2 or h <= 0:
+        return math.nan
+    c = x[a0 : k + 1]
+    r10 = int(np.argmax(c >= x[a0] + 0.1 * h))
+    r90 = int(np.argmax(c >= x[a0] + 0.9 * h))
+    return float(c[r90] - c[r10]) / max(r90 - r10, 1)
 
 
 # The feature vector: names, in order. Every entry is explainable on its own.
@@ -590,6 +622,9 @@ FEATURES = (
     # of pipe - BDP over the last 60 % of congestion avoidance, NaN where the pipe never rose
     # above the BDP (random loss kept the window below it: no target to read)
     "queue_eq",
+    # the median rate at which those excursions climb, in BDP per RTT: a paced probe's gain - 1
+    # (BBR ProbeBW_UP 1.25: 0.25); NaN without a climb between MIN_RISE and MAX_RISE
+    "probe_slope",
 )
 
 
@@ -627,22 +662,33 @@ def _median(xs: list[float], default: float) -> float:
 # draining slow start's queue at one segment per round trip (on a long path that outlasts the
 # download) shows where it is passing, not its target.
 SETTLE_SEGMENTS = 6.0
+# ... unless it stays near one queue most of the time: a sender at its target that a loss cut
+# and that climbed back (light random loss on a long path) drifts by the trend test, yet spends
+# SETTLE_SHARE of the window within SETTLE_BAND segments of its most visited queue.
+SETTLE_SHARE = 0.5
+SETTLE_BAND = 1.5
 
 
 def settled_queue(pipe: np.ndarray, bdp_segments: float) -> float:
-    """The queue a delay-based sender settles on, in segments: the 90th percentile of pipe - BDP
-    over `pipe` (late congestion avoidance, in BDPs). NaN where it never rose above the BDP
-    (random loss kept the window below it: no target to read) or where it still drifts (a
-    linear trend moves it by more than SETTLE_SEGMENTS over the window)."""
+    """The queue a delay-based sender settles on, in segments, from `pipe` (late congestion
+    avoidance, in BDPs): the 90th percentile of pipe - BDP where a linear trend moves it by at
+    most SETTLE_SEGMENTS over the window; else, where the window spends SETTLE_SHARE of its
+    time within SETTLE_BAND segments of its most visited queue (one-segment bins), the 90th
+    percentile of that time. NaN where neither holds (it still drifts) or where the queue is
+    none (random loss kept the window under the BDP: no target to read)."""
     if len(pipe) < 2:
         return math.nan
     q = (pipe - 1.0) * bdp_segments
     x = np.linspace(0.0, 1.0, len(q))
     drift = float(np.polyfit(x, q, 1)[0])  # the trend's change over the whole window
-    v = float(np.percentile(q, 90))
-    if not v > 0 or abs(drift) > SETTLE_SEGMENTS:
-        return math.nan
-    return min(v, 400.0)
+    if abs(drift) <= SETTLE_SEGMENTS:
+        v = float(np.percentile(q, 90))
+    else:
+        bins, counts = np.unique(np.floor(q), return_counts=True)
+        mode = float(bins[int(np.argmax(counts))]) + 0.5
+        near = q[np.abs(q - mode) <= SETTLE_BAND]
+        v = float(np.percentile(near, 90)) if len(near) >= SETTLE_SHARE * len(q) else math.nan
+    return min(v, 400.0) if v > 0 else math.nan
 
 
 def analyse(tr: Trace) -> TraceAnalysis:
@@ -768,6 +814,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
             pulses.top,
             pulses.gain,
             q_eq,
+            pulses.slope,
         ]
     )
     return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)

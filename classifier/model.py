@@ -25,12 +25,13 @@ from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "2.4.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "2.5.0"  # bump when features or decision rules change; retrain with it
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
-# queue_eq (2.1) only feeds the parameter check below: the forest is the same as 2.0's.
-UNUSED_FEATURES: tuple[str, ...] = ("queue_eq",)
+# queue_eq (2.1) and probe_slope (2.5) only feed the parameter checks below: the forest is the
+# same as 2.0's.
+UNUSED_FEATURES: tuple[str, ...] = ("queue_eq", "probe_slope")
 DEFAULT_MODEL = MODELS_DIR / f"ccscope-{CLASSIFIER_VERSION}.json"
 # Which detector vouches for which classes. BBRv2 and v3 share their timing (ProbeRTT to half the
 # BDP every ~5 s, cruise between bandwidth probes 2-3 s apart), so one detector speaks for both
@@ -47,18 +48,30 @@ FAMILY = {
 }  # fmt: skip
 
 
-# Parameter checks (2.1): the feature that carries a class's own control parameter. Vegas and NV
+# Parameter checks (2.1): the features that carry a class's own control parameters. Vegas and NV
 # settle on a target queue (Vegas: alpha..beta = 2..4 segments); BBRv2/v3 hold in-flight at the
-# top of a bandwidth probe for a time the probe's pacing gain sets. A variant with another
+# top of a bandwidth probe for a time the probe's pacing gain sets (pulse_top), and (2.5) every
+# BBR climbs into a probe at gain - 1 BDP per RTT (probe_slope). A variant with another
 # parameter is named as its family by the forest and passes the all-feature test (its other
 # features are the family's), yet its value here falls outside what the class shows on the
 # nearest trained paths. Measured against the PARAM_K trained paths nearest in RTT (the RTT is
 # measured on the trace itself), since BBR's probe top grows with the RTT.
-PARAM_FEATURE: dict[str, str] = {
-    "vegas": "queue_eq", "nv": "queue_eq", "bbr": "pulse_top", "bbr2": "pulse_top",
-    "bbr3": "pulse_top",
+PARAM_CHECKS: dict[str, tuple[str, ...]] = {
+    "vegas": ("queue_eq",), "nv": ("queue_eq",), "bbr": ("pulse_top", "probe_slope"),
+    "bbr2": ("pulse_top", "probe_slope"), "bbr3": ("pulse_top", "probe_slope"),
 }  # fmt: skip
-PARAM_FEATURES: tuple[str, ...] = tuple(sorted(set(PARAM_FEATURE.values())))
+PARAM_FEATURES: tuple[str, ...] = tuple(sorted({f for fs in PARAM_CHECKS.values() for f in fs}))
+# Checks that count only values above the class's: the pacing gain caps how fast a probe can
+# climb, while an in-flight bound, the cwnd or a loss slows it (BBRv3 under random loss climbs
+# at 0.1-0.2 BDP per RTT where its gain allows 0.25), so a slow climb says nothing.
+PARAM_UPPER_ONLY: tuple[str, ...] = ("probe_slope",)
+# The least spread a check measures in: what the measurement resolves (2.5). A climb's rate is
+# read in BDPs, and the BDP comes from the trace's base RTT and the bottleneck rate, each known to
+# a few per cent: BBR's 0.25 BDP per RTT is 0.25 +- 0.025 at best, while its within-path spread
+# on clean paths is 0.003 (chosen after a known BBRv1 climbing at 0.252 against 0.248 was
+# flagged). A queue is whole segments (Vegas counts it so), while Vegas's within-path spread is
+# 0.13-0.4 of one.
+PARAM_MIN_SCALE: dict[str, float] = {"probe_slope": 0.025, "queue_eq": 1.0}
 PARAM_K = 2
 # A check whose known CCAs, on a path left out of training, strayed further than this (in
 # within-path spreads) from the nearest trained paths says nothing about the class: dropped.
@@ -69,6 +82,11 @@ PARAM_MAX_LIMIT = 10.0
 # in a profile (NV's settled queue: 24 % and 11 %; NV rarely settles on these paths), since the
 # few paths that show it cannot stand for the rest.
 PARAM_MIN_PRESENCE = 0.5
+# A check's limit is at least this many spreads. The limit is the LOCO maximum, and a one-sided
+# check's known traces mostly sit at 0 (under their paths' centres): BBRv1's climbs gave a
+# maximum of 0.11 spreads, which every value a hair over its centre exceeds. Under two of the
+# resolution-floored spreads (PARAM_MIN_SCALE) a value is within what the measurement resolves.
+PARAM_MIN_LIMIT = 2.0
 
 PROFILE_SLOTS = ("A", "B")  # the forest reads one block of features per standard profile
 FOREST_EPS = 1e-3  # a class no tree voted for is unlikely, not impossible (log of the share)
@@ -150,7 +168,7 @@ class Model:
     rival_ratio: float = math.inf
     # the parameter checks: per "profile|class@condition" the PARAM_FEATURES' robust centre and
     # spread (as class_stats), per "profile@condition" the median base RTT of its traces, per
-    # "profile|class" the |z| that known CCAs out of condition stayed under (LOCO maximum)
+    # "profile|class|feature" the |z| that known CCAs out of condition stayed under (LOCO maximum)
     param_stats: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     condition_rtt: dict[str, float] = field(default_factory=dict)
     param_limit: dict[str, float] = field(default_factory=dict)
@@ -376,14 +394,15 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
             f"{what} lies {atyp:.1f}x further from {best} than known CCAs on unseen networks do "
             f"(limit {model.atypical_max:.1f}x)"
         )
-    pz, lim_p, p_prof, p_x, p_c = param_deviation(model, use, best)
-    if p_prof is not None and pz > lim_p:
-        name = PARAM_FEATURE[best]
-        reasons.append(
-            f"{name} in profile {p_prof} ({p_x:.3g}; {best} on the nearest trained paths "
-            f"{p_c:.3g}) is outside what {best} holds: {pz:.1f} spreads off, known CCAs on "
-            f"unseen networks stay within {lim_p:.1f}"
-        )
+    pz, lim_p, p_prof, _, _, _ = param_deviation(model, use, best)
+    for check in PARAM_CHECKS.get(best, ()):  # each check that fails speaks for itself
+        z1, lim1, prof1, name, p_x, p_c = param_deviation(model, use, best, (check,))
+        if prof1 is not None and z1 > lim1:
+            reasons.append(
+                f"{name} in profile {prof1} ({p_x:.3g}; {best} on the nearest trained paths "
+                f"{p_c:.3g}) is outside what {best} holds: {z1:.1f} spreads off, known CCAs on "
+                f"unseen networks stay within {lim1:.1f}"
+            )
     pa, pa_prof, pa_f1, pa_f2 = pair_deviation(model, use, best)
     pa_lim = model.pair_limit.get(best)
     if pa_lim is not None and pa > pa_lim:
@@ -650,12 +669,15 @@ def param_z(
     condition_rtt: dict[str, float],
     s: TraceSummary,
     cls: str,
+    name: str,
 ) -> tuple[float, float]:
-    """|z| of one trace's parameter feature against class `cls` on the PARAM_K trained paths
-    nearest in RTT where the class shows the feature (the smallest), and the nearest centre;
-    NaN where the class has no check, the trace lacks the feature or its RTT."""
-    name = PARAM_FEATURE.get(cls)
-    if name is None or s.insufficient is not None or s.rtt_ms is None or s.rtt_ms <= 0:
+    """|z| of one trace's parameter feature `name` against class `cls` on the PARAM_K trained
+    paths nearest in RTT where the class shows the feature (the smallest), and the nearest
+    centre; NaN where the class has no such check, the trace lacks the feature or its RTT. For
+    PARAM_UPPER_ONLY features a value under a path's centre is 0 spreads off it."""
+    if name not in PARAM_CHECKS.get(cls, ()) or s.insufficient is not None:
+        return math.nan, math.nan
+    if s.rtt_ms is None or s.rtt_ms <= 0:
         return math.nan, math.nan
     x = float(s.features[FEATURES.index(name)])
     j = PARAM_FEATURES.index(name)
@@ -676,27 +698,38 @@ def param_z(
     if not cands:
         return math.nan, math.nan
     near = sorted(cands)[:PARAM_K]
-    z, c = min((abs(x - c) / sc, c) for _, _, c, sc in near)
+    upper = name in PARAM_UPPER_ONLY
+    z, c = min(((max(x - c, 0.0) if upper else abs(x - c)) / sc, c) for _, _, c, sc in near)
     return z, c
 
 
+def param_limit_key(profile: str, cls: str, name: str) -> str:
+    return f"{profile}|{cls}|{name}"
+
+
 def param_deviation(
-    model: Model, use: Sequence[TraceSummary], cls: str
-) -> tuple[float, float, str | None, float, float]:
-    """The parameter check of one measurement against class `cls`: the profile whose trace
-    lies furthest beyond its limit, as (|z|, its limit, profile, the trace's value, the nearest
-    centre); profile None when no trace has a check. Unlike the all-feature test a single
-    profile suffices: BBR's probe top separates only at profile B's longer RTT."""
-    worst: tuple[float, float, str | None, float, float] = (0.0, math.inf, None, math.nan, math.nan)
+    model: Model, use: Sequence[TraceSummary], cls: str, checks: Sequence[str] | None = None
+) -> tuple[float, float, str | None, str | None, float, float]:
+    """The parameter checks (all of `cls`'s, or those in `checks`) of one measurement against
+    class `cls`: the trace and check lying furthest beyond its limit, as (|z|, its limit,
+    profile, feature, the trace's value, the nearest centre); profile None when no trace has a
+    check. Unlike the all-feature test a single profile suffices: BBR's probe top separates
+    only at profile B's longer RTT."""
+    worst: tuple[float, float, str | None, str | None, float, float] = (
+        0.0, math.inf, None, None, math.nan, math.nan,
+    )  # fmt: skip
     best_ratio = 0.0
     for s in use:
-        lim = model.param_limit.get(f"{s.profile}|{cls}")
-        if lim is None:
-            continue
-        z, c = param_z(model.param_stats, model.condition_rtt, s, cls)
-        if not math.isnan(z) and z / lim > best_ratio:
-            best_ratio = z / lim
-            worst = (z, lim, s.profile, float(s.features[FEATURES.index(PARAM_FEATURE[cls])]), c)
+        for name in PARAM_CHECKS.get(cls, ()):
+            if checks is not None and name not in checks:
+                continue
+            lim = model.param_limit.get(param_limit_key(s.profile, cls, name))
+            if lim is None:
+                continue
+            z, c = param_z(model.param_stats, model.condition_rtt, s, cls, name)
+            if not math.isnan(z) and z / lim > best_ratio:
+                best_ratio = z / lim
+                worst = (z, lim, s.profile, name, float(s.features[FEATURES.index(name)]), c)
     return worst
 
 
@@ -708,7 +741,10 @@ def fit_param_stats(
     profile and condition's median base RTT."""
     cols = [FEATURES.index(f) for f in PARAM_FEATURES]
     stats = fit_class_stats(X[:, cols], y, prof, cond)
-    keep = {k: v for k, v in stats.items() if "@" in k and k.split("|", 1)[1].split("@")[0] in PARAM_FEATURE}
+    keep = {k: v for k, v in stats.items() if "@" in k and k.split("|", 1)[1].split("@")[0] in PARAM_CHECKS}
+    floor = [PARAM_MIN_SCALE.get(f, 0.0) for f in PARAM_FEATURES]
+    for v in keep.values():
+        v["scale"] = [max(sc, lo) for sc, lo in zip(v["scale"], floor, strict=True)]
     by: dict[str, list[float]] = {}
     for p, c, r in zip(prof, cond, rtt, strict=True):
         if r is not None and math.isfinite(r):

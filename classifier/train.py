@@ -39,8 +39,9 @@ from ccscope.classifier.model import (
     DETECTOR_CLASS,
     FAMILY,
     MODELS_DIR,
-    PARAM_FEATURE,
+    PARAM_CHECKS,
     PARAM_MAX_LIMIT,
+    PARAM_MIN_LIMIT,
     PARAM_MIN_PRESENCE,
     Model,
     TraceSummary,
@@ -54,6 +55,7 @@ from ccscope.classifier.model import (
     fit_temperature,
     forest_row,
     pair_atypicality,
+    param_limit_key,
     param_z,
     rival_of,
     trace_atypicality,
@@ -216,16 +218,17 @@ def units(samples: Sequence[dataset.Sample], runs_train: int) -> list[Unit]:
 
 
 def _param_presence(X: np.ndarray, y: Sequence[str], prof: Sequence[str]) -> dict[str, float]:
-    """Per "profile|class" with a parameter check: the share of its training traces that show
-    the check's feature (the rest have it NaN)."""
+    """Per parameter check ("profile|class|feature"): the share of the class's training traces
+    that show the check's feature (the rest have it NaN)."""
     ya, pa = np.asarray(y), np.asarray(prof)
     out = {}
-    for cls, name in PARAM_FEATURE.items():
-        col = X[:, FEATURES.index(name)]
-        for p in sorted(set(pa.tolist())):
-            sel = (ya == cls) & (pa == p)
-            if sel.any():
-                out[f"{p}|{cls}"] = float(np.mean(~np.isnan(col[sel])))
+    for cls, names in PARAM_CHECKS.items():
+        for name in names:
+            col = X[:, FEATURES.index(name)]
+            for p in sorted(set(pa.tolist())):
+                sel = (ya == cls) & (pa == p)
+                if sel.any():
+                    out[param_limit_key(p, cls, name)] = float(np.mean(~np.isnan(col[sel])))
     return out
 
 
@@ -322,10 +325,11 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
             # the parameter check's limit: how far known traces of the class stray, whatever
             # the forest named them (a limit must not depend on the forest being right)
             for s in ss:
-                pz, _ = param_z(f_stats, f_rtt, s, u.label)
-                if not math.isnan(pz):
-                    k = f"{s.profile}|{u.label}"
-                    param_z_max[k] = max(param_z_max[k], pz)
+                for name in PARAM_CHECKS.get(u.label, ()):
+                    pz, _ = param_z(f_stats, f_rtt, s, u.label, name)
+                    if not math.isnan(pz):
+                        k = param_limit_key(s.profile, u.label, name)
+                        param_z_max[k] = max(param_z_max[k], pz)
             d = decide(fold, ss)
             jlls.append(np.log(np.maximum([d.probabilities[k] for k in classes], 1e-300)))
             shape_jlls.append(np.log(np.maximum([d.shape_probabilities[k] for k in classes], 1e-300)))
@@ -386,9 +390,9 @@ def fit_model(train: Sequence[Unit], summ: dict[str, TraceSummary], meta: dict[s
         model.pair_limit = {c: PAIR_MARGIN * v for c, v in sorted(pair_max.items()) if v > 0}
     present = _param_presence(X, y, prof)
     model.param_limit = {
-        k: v
+        k: max(v, PARAM_MIN_LIMIT)
         for k, v in sorted(param_z_max.items())
-        if 0 < v <= PARAM_MAX_LIMIT and present.get(k, 0.0) >= PARAM_MIN_PRESENCE
+        if v <= PARAM_MAX_LIMIT and present.get(k, 0.0) >= PARAM_MIN_PRESENCE
     }
     p_ok = [
         _p_best(j, model.forest_temperature)

@@ -85,18 +85,36 @@ def test_untrained_variant_is_unknown_and_names_its_family() -> None:
 
 
 @pytest.mark.parametrize(
-    ("variant", "family", "cls", "feature"),
-    [("vegas-a6", "Vegas", "vegas", "queue_eq"), ("bbr3-g15", "BBR", "bbr3", "pulse_top")],
+    ("variant", "family", "cls", "features"),
+    [
+        ("vegas-a6", "Vegas", "vegas", ("queue_eq",)),
+        ("bbr3-g15", "BBR", "bbr3", ("pulse_top", "probe_slope")),
+    ],
 )
 def test_parameter_variant_is_unknown_by_its_parameter(
-    variant: str, family: str, cls: str, feature: str
+    variant: str, family: str, cls: str, features: tuple[str, ...]
 ) -> None:
     """Vegas with alpha 6 and BBRv3 with a 1.5 probe gain look like their family in every other
-    feature; the parameter check names them Unknown by the feature that carries the parameter
-    (the standing queue, the time a probe holds its top)."""
+    feature; the parameter checks name them Unknown by the features that carry the parameter
+    (the standing queue; the time a probe holds its top and the rate it climbs at), each
+    failing check in the explanation."""
     v = classify([Trace.load(fixture_path(variant, p)) for p in "AB"])
     assert v.kind == "unknown" and v.nearest == family, v.explanation
-    assert f"{feature} in profile" in v.explanation and f"outside what {cls} holds" in v.explanation
+    for f in features:
+        assert f"{f} in profile" in v.explanation, v.explanation
+    assert f"outside what {cls} holds" in v.explanation
+
+
+def test_parameter_limits_are_at_least_the_resolution() -> None:
+    """Every shipped parameter check's limit is at least PARAM_MIN_LIMIT spreads (a one-sided
+    check's LOCO maximum can be ~0), and the BBR probe-rate checks are there for every BBR
+    version in profile B."""
+    from ccscope.classifier.model import PARAM_MIN_LIMIT
+
+    m = Model.load()
+    assert m.param_limit and min(m.param_limit.values()) >= PARAM_MIN_LIMIT
+    for cls in ("bbr", "bbr2", "bbr3"):
+        assert f"B|{cls}|probe_slope" in m.param_limit
 
 
 def test_pair_test_names_the_pair(traces: dict[tuple[str, str], Trace]) -> None:

@@ -13,6 +13,7 @@ from ccscope.classifier.detectors import comb_match, detect_bbr1, detect_bbr3, f
 from ccscope.classifier.forest import RandomForest
 from ccscope.classifier.gnb import GaussianNB
 from ccscope.trace import Trace
+from tests.classifier.conftest import fixture_path
 
 
 def test_prepare_grid_and_units(traces: dict[tuple[str, str], Trace]) -> None:
@@ -277,14 +278,68 @@ def test_param_check_uses_the_trained_paths_nearest_in_rtt() -> None:
     stats = {"A|vegas@near": st(4.0), "A|vegas@mid": st(5.0), "A|vegas@far": st(10.0)}
     rtts = {"A@near": 110.0, "A@mid": 130.0, "A@far": 300.0}
     s = TraceSummary("A", feats, {}, rtt_ms=112.0)
-    z, c = param_z(stats, rtts, s, "vegas")
+    z, c = param_z(stats, rtts, s, "vegas", "queue_eq")
     assert c == 5.0 and abs(z - 10.0) < 1e-9  # (10 - 5) / 0.5, the far path (10.0) not consulted
-    assert np.isnan(param_z(stats, rtts, s, "cubic")[0])  # no check for the class
-    assert np.isnan(param_z(stats, rtts, TraceSummary("A", feats, {}), "vegas")[0])  # no RTT
+    assert np.isnan(param_z(stats, rtts, s, "cubic", "queue_eq")[0])  # no check for the class
+    assert np.isnan(param_z(stats, rtts, s, "vegas", "probe_slope")[0])  # ... or not this one
+    assert np.isnan(param_z(stats, rtts, TraceSummary("A", feats, {}), "vegas", "queue_eq")[0])  # no RTT
     # a damaged model file: a zero spread or a path RTT of 0 is skipped, never divided by
     bad = {"A|vegas@near": {"center": st(4.0)["center"], "scale": [0.0] * len(PARAM_FEATURES)}}
-    assert np.isnan(param_z(bad, rtts, s, "vegas")[0])
-    assert np.isnan(param_z(stats, {"A@near": 0.0, "A@mid": -1.0, "A@far": float("nan")}, s, "vegas")[0])
+    assert np.isnan(param_z(bad, rtts, s, "vegas", "queue_eq")[0])
+    no_rtt = {"A@near": 0.0, "A@mid": -1.0, "A@far": float("nan")}
+    assert np.isnan(param_z(stats, no_rtt, s, "vegas", "queue_eq")[0])
+
+
+def test_probe_slope_check_is_one_sided_and_floored() -> None:
+    """A probe climbs at most at its pacing gain's rate, and an in-flight bound or a loss only
+    slows it: a climb slower than the class's is 0 spreads off, a faster one counts. The
+    references' spreads are floored at what the measurement resolves (PARAM_MIN_SCALE)."""
+    from ccscope.classifier.model import (
+        PARAM_FEATURES,
+        PARAM_MIN_SCALE,
+        TraceSummary,
+        fit_param_stats,
+        param_z,
+    )
+
+    # BBRv3 on one path: climbs at 0.24-0.25 BDP per RTT, a within-path spread far under 0.025
+    n = 12
+    X = np.full((n, len(F.FEATURES)), np.nan)
+    X[:, F.FEATURES.index("probe_slope")] = 0.245 + 0.002 * np.sin(np.arange(n))
+    stats, rtts = fit_param_stats(X, ["bbr3"] * n, ["B"] * n, ["d5"] * n, [215.0] * n)
+    j = PARAM_FEATURES.index("probe_slope")
+    assert stats["B|bbr3@d5"]["scale"][j] == PARAM_MIN_SCALE["probe_slope"]
+
+    def summary(slope: float) -> TraceSummary:
+        f = [float("nan")] * len(F.FEATURES)
+        f[F.FEATURES.index("probe_slope")] = slope
+        return TraceSummary("B", f, {}, rtt_ms=220.0)
+
+    assert param_z(stats, rtts, summary(0.12), "bbr3", "probe_slope")[0] == 0.0  # slowed by loss
+    z, c = param_z(stats, rtts, summary(0.495), "bbr3", "probe_slope")  # gain 1.5
+    assert abs(c - 0.245) < 0.003 and abs(z - (0.495 - c) / 0.025) < 1e-9
+
+
+def test_probe_slope_reads_the_probe_gain_on_lab_traces() -> None:
+    """On the d5 lab traces every BBR version climbs into its probes at 0.25 BDP per RTT (gain
+    1.25) and BBRv3 with gain 1.5 at 0.5; Vegas makes no probes to climb."""
+    i = F.FEATURES.index("probe_slope")
+    expect = {"bbr": (0.22, 0.28), "bbr2": (0.22, 0.28), "bbr3": (0.22, 0.28), "bbr3-g15": (0.44, 0.56)}
+    for cca, (lo, hi) in expect.items():
+        for prof in "AB":
+            v = F.analyse(Trace.load(fixture_path(cca, prof))).features[i]
+            assert lo < v < hi, (cca, prof, v)
+    assert np.isnan(F.analyse(Trace.load(fixture_path("vegas", "A"))).features[i])
+
+
+def test_rise_rate_is_read_over_the_climb() -> None:
+    """The rate comes from the climb that led into an excursion, from its last local minimum,
+    over 10-90 % of it: a flat stretch before the climb does not dilute it."""
+    x = np.concatenate([np.full(50, 1.0), 1.0 + 0.01 * np.arange(1, 41), np.full(20, 1.4)])
+    a = int(np.argmax(x > 1.15))  # where the excursion starts
+    k = int(np.argmax(x))
+    assert abs(F._rise_rate(x, a, k, back=100) - 0.01) < 1e-9
+    assert np.isnan(F._rise_rate(np.full(10, 1.0), 5, 5, back=5))  # no climb
 
 
 def test_settled_queue_needs_a_queue_that_has_settled() -> None:
@@ -298,6 +353,11 @@ def test_settled_queue_needs_a_queue_that_has_settled() -> None:
     assert np.isnan(F.settled_queue(draining, bdp))
     assert np.isnan(F.settled_queue(np.full(400, 0.7), bdp))  # 15 segments under the BDP
     assert np.isnan(F.settled_queue(np.array([1.1]), bdp))
+    # a loss late in the window halves it and it climbs back: the trend drifts, yet the sender
+    # held 10 segments for most of the window, and that is its target
+    q = np.concatenate([np.full(300, 10.0) + 0.3 * np.sin(np.arange(300)), np.linspace(-25.0, 8.0, 100)])
+    assert abs(np.polyfit(t, q, 1)[0]) > F.SETTLE_SEGMENTS
+    assert 9.5 < F.settled_queue(1.0 + q / bdp, bdp) < 10.6
 
 
 def test_rival_is_the_runner_up_of_another_family() -> None:
