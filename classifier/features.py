@@ -515,8 +515,8 @@ def find_pulses(p: Prepared, t0: float, t1: float, thr: float = 0.15) -> Pulses:
     so they do not scale with the RTT; medians over the trace.
 
     The rise rate is the one figure a probe's pacing gain g sets alone: sending at g times the
-    bottleneck rate while ACKs return at 1x, in-flight data grows by (g - 1) BDP per RTT (BBRv3
-    0.25, with gain 1.5 0.5). An in-flight bound, the cwnd or a loss can only slow a rise, so
+    bottleneck rate while ACKs return at 1x, in-flight data grows by (g - 1) BDP per RTT (BBR's
+    1.25: 0.25; BBRv3 with gain 1.5: 0.5). An in-flight bound, the cwnd or a loss can only slow a rise, so
     the rate is an upper bound's witness. Measured from the last local minimum before the
     excursion (up to 3 RTT back) over 10-90 % of the climb; rates under MIN_RISE (a window drifting
     against its bound) or over MAX_RISE (no ProbeBW gain does that: the jump at a recovery's end
@@ -619,12 +619,17 @@ FEATURES = (
     "pulse_top",  # share spent within 10 % of its peak (a flat top: an in-flight bound held)
     "pulse_gain",  # their median peak / median level (BBRv1 ProbeBW ~1.25)
     # the queue a delay-based sender settles on (Vegas alpha..beta segments): the 90th percentile
-    # of pipe - BDP over the last 60 % of congestion avoidance, NaN where the pipe never rose
-    # above the BDP (random loss kept the window below it: no target to read)
+    # of pipe - BDP over the last 60 % of congestion avoidance (settled_queue), NaN where the pipe
+    # never rose above the BDP (random loss kept the window below it: no target to read)
     "queue_eq",
     # the median rate at which those excursions climb, in BDP per RTT: a paced probe's gain - 1
     # (BBR ProbeBW_UP 1.25: 0.25); NaN without a climb between MIN_RISE and MAX_RISE
     "probe_slope",
+    # how fast the window climbs back in the first EARLY_RTTS after a back-off, segments per RTT
+    # (median over segments): BIC's binary search jumps (W_max - W)/4 per RTT, CUBIC's curve
+    # starts steep, Reno adds 1, Illinois's alpha (0.3-10) follows the queueing delay the
+    # back-off leaves
+    "early_growth",
 )
 
 
@@ -652,6 +657,21 @@ class TraceAnalysis:
             "features": {k: float(v) for k, v in zip(FEATURES, self.features, strict=True)},
             "notes": p.notes,
         }
+
+
+EARLY_RTTS = 2
+
+
+def early_growth(p: Prepared, ps: np.ndarray, segs: list[Segment]) -> float:
+    """The pipe's climb over the first EARLY_RTTS round trips of each segment (from the end of
+    the back-off that opened it), in segments per RTT; the median over segments long enough."""
+    k = max(1, round(p.rtt / DT))
+    out = []
+    for sg in segs:
+        i0, i1 = int(np.searchsorted(p.t, sg.start)), int(np.searchsorted(p.t, sg.end))
+        if i1 - i0 > EARLY_RTTS * k:
+            out.append(float(ps[i0 + EARLY_RTTS * k] - ps[i0]) / EARLY_RTTS * p.bdp / p.mss)
+    return _median(out, math.nan)
 
 
 def _median(xs: list[float], default: float) -> float:
@@ -815,6 +835,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
             pulses.gain,
             q_eq,
             pulses.slope,
+            early_growth(p, ps, segs),
         ]
     )
     return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)

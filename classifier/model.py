@@ -25,13 +25,13 @@ from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "2.5.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "2.6.0"  # bump when features or decision rules change; retrain with it
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
 # queue_eq (2.1) and probe_slope (2.5) only feed the parameter checks below: the forest is the
 # same as 2.0's.
-UNUSED_FEATURES: tuple[str, ...] = ("queue_eq", "probe_slope")
+UNUSED_FEATURES: tuple[str, ...] = ("queue_eq", "probe_slope", "early_growth")
 DEFAULT_MODEL = MODELS_DIR / f"ccscope-{CLASSIFIER_VERSION}.json"
 # Which detector vouches for which classes. BBRv2 and v3 share their timing (ProbeRTT to half the
 # BDP every ~5 s, cruise between bandwidth probes 2-3 s apart), so one detector speaks for both
@@ -59,6 +59,7 @@ FAMILY = {
 PARAM_CHECKS: dict[str, tuple[str, ...]] = {
     "vegas": ("queue_eq",), "nv": ("queue_eq",), "bbr": ("pulse_top", "probe_slope"),
     "bbr2": ("pulse_top", "probe_slope"), "bbr3": ("pulse_top", "probe_slope"),
+    "illinois": ("early_growth",),
 }  # fmt: skip
 PARAM_FEATURES: tuple[str, ...] = tuple(sorted({f for fs in PARAM_CHECKS.values() for f in fs}))
 # Checks that count only values above the class's: the pacing gain caps how fast a probe can
@@ -71,7 +72,7 @@ PARAM_UPPER_ONLY: tuple[str, ...] = ("probe_slope",)
 # on clean paths is 0.003 (chosen after a known BBRv1 climbing at 0.252 against 0.248 was
 # flagged). A queue is whole segments (Vegas counts it so), while Vegas's within-path spread is
 # 0.13-0.4 of one.
-PARAM_MIN_SCALE: dict[str, float] = {"probe_slope": 0.025, "queue_eq": 1.0}
+PARAM_MIN_SCALE: dict[str, float] = {"probe_slope": 0.025, "queue_eq": 1.0, "early_growth": 0.5}
 PARAM_K = 2
 # A check whose known CCAs, on a path left out of training, strayed further than this (in
 # within-path spreads) from the nearest trained paths says nothing about the class: dropped.

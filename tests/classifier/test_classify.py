@@ -107,14 +107,15 @@ def test_parameter_variant_is_unknown_by_its_parameter(
 
 def test_parameter_limits_are_at_least_the_resolution() -> None:
     """Every shipped parameter check's limit is at least PARAM_MIN_LIMIT spreads (a one-sided
-    check's LOCO maximum can be ~0), and the BBR probe-rate checks are there for every BBR
-    version in profile B."""
+    check's LOCO maximum can be ~0); the BBR probe-rate checks are there for every BBR version
+    in profile B, and Illinois's early-growth check too."""
     from ccscope.classifier.model import PARAM_MIN_LIMIT
 
     m = Model.load()
     assert m.param_limit and min(m.param_limit.values()) >= PARAM_MIN_LIMIT
     for cls in ("bbr", "bbr2", "bbr3"):
         assert f"B|{cls}|probe_slope" in m.param_limit
+    assert "B|illinois|early_growth" in m.param_limit
 
 
 def test_pair_test_names_the_pair(traces: dict[tuple[str, str], Trace]) -> None:

@@ -332,6 +332,25 @@ def test_probe_slope_reads_the_probe_gain_on_lab_traces() -> None:
     assert np.isnan(F.analyse(Trace.load(fixture_path("vegas", "A"))).features[i])
 
 
+def test_early_growth_reads_the_climb_after_a_back_off() -> None:
+    """The first two round trips of each segment, in segments per RTT: a pipe climbing 4
+    segments per RTT reads 4 whatever follows; on the d5 lab traces CUBIC with beta 0.5, whose
+    cubic curve starts further below W_max, climbs back faster than CUBIC, and Reno adds about
+    one segment per RTT."""
+    from types import SimpleNamespace
+
+    rtt, bdp_seg = 0.2, 50.0
+    t = np.arange(0.0, 4.0, F.DT)
+    ps = 1.0 + np.minimum(t / rtt * 4.0, 20.0) / bdp_seg  # 4 per RTT for 5 RTT, then flat
+    p = SimpleNamespace(rtt=rtt, t=t, bdp=bdp_seg * 100.0, mss=100.0)
+    seg = F.Segment(0.0, 3.0, "loss", 0.5)
+    assert abs(F.early_growth(p, ps, [seg]) - 4.0) < 0.05  # type: ignore[arg-type]
+    assert np.isnan(F.early_growth(p, ps, [F.Segment(0.0, 0.3, "loss", 0.5)]))  # type: ignore[arg-type]
+    i = F.FEATURES.index("early_growth")
+    eg = {c: F.analyse(Trace.load(fixture_path(c, "B"))).features[i] for c in ("cubic", "cubic-b50", "reno")}
+    assert eg["cubic-b50"] > 2.0 * eg["cubic"] and 0.2 < eg["reno"] < 1.5, eg
+
+
 def test_rise_rate_is_read_over_the_climb() -> None:
     """The rate comes from the climb that led into an excursion, from its last local minimum,
     over 10-90 % of it: a flat stretch before the climb does not dilute it."""
