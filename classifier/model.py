@@ -29,8 +29,8 @@ CLASSIFIER_VERSION = "2.6.0"  # bump when features or decision rules change; ret
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
-# queue_eq (2.1) and probe_slope (2.5) only feed the parameter checks below: the forest is the
-# same as 2.0's.
+# queue_eq (2.1), probe_slope (2.5) and early_growth (2.6) only feed the parameter checks below:
+# the forest is the same as 2.0's.
 UNUSED_FEATURES: tuple[str, ...] = ("queue_eq", "probe_slope", "early_growth")
 DEFAULT_MODEL = MODELS_DIR / f"ccscope-{CLASSIFIER_VERSION}.json"
 # Which detector vouches for which classes. BBRv2 and v3 share their timing (ProbeRTT to half the
@@ -51,7 +51,9 @@ FAMILY = {
 # Parameter checks (2.1): the features that carry a class's own control parameters. Vegas and NV
 # settle on a target queue (Vegas: alpha..beta = 2..4 segments); BBRv2/v3 hold in-flight at the
 # top of a bandwidth probe for a time the probe's pacing gain sets (pulse_top), and (2.5) every
-# BBR climbs into a probe at gain - 1 BDP per RTT (probe_slope). A variant with another
+# BBR climbs into a probe at gain - 1 BDP per RTT (probe_slope); (2.6) Illinois's increase follows
+# the queueing delay, which a back-off into a full buffer leaves high, so it climbs back slowly
+# where BIC's binary search jumps (early_growth). A variant with another
 # parameter is named as its family by the forest and passes the all-feature test (its other
 # features are the family's), yet its value here falls outside what the class shows on the
 # nearest trained paths. Measured against the PARAM_K trained paths nearest in RTT (the RTT is
@@ -71,7 +73,7 @@ PARAM_UPPER_ONLY: tuple[str, ...] = ("probe_slope",)
 # a few per cent: BBR's 0.25 BDP per RTT is 0.25 +- 0.025 at best, while its within-path spread
 # on clean paths is 0.003 (chosen after a known BBRv1 climbing at 0.252 against 0.248 was
 # flagged). A queue is whole segments (Vegas counts it so), while Vegas's within-path spread is
-# 0.13-0.4 of one.
+# 0.13-0.4 of one; the early growth is a pipe of whole segments read over 2 RTT.
 PARAM_MIN_SCALE: dict[str, float] = {"probe_slope": 0.025, "queue_eq": 1.0, "early_growth": 0.5}
 PARAM_K = 2
 # A check whose known CCAs, on a path left out of training, strayed further than this (in
