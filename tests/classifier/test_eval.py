@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +184,21 @@ def test_refit_on_shipped_features_reproduces_the_shipped_model(tmp_path: Path) 
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == DEFAULT_MODEL.read_bytes()
     assert (tmp_path / "e" / "eval.json").read_bytes() == (EVAL_DIR / "eval.json").read_bytes()
+
+
+def test_fresh_bench_peer_and_empty_root(tmp_path: Path) -> None:
+    """bench/classifier_fresh reads its peer figures (the shipped model on the reference set's
+    measurements of the same plan) from the shipped summaries: the committed JSON carries the
+    same numbers and the same model. Without fresh measurements it says so and fails."""
+    bench = EVAL_DIR.parent.parent / "classifier_fresh" / "run.py"
+    spec = importlib.util.spec_from_file_location("classifier_fresh_bench", bench)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    committed = json.loads((EVAL_DIR.parent.parent / "results" / "classifier_fresh.json").read_text())
+    assert committed["model"] == Model.load().version
+    assert mod.reference_peer() == committed["reference_set"]
+    out = tmp_path / "o.json"
+    argv = [sys.executable, str(bench), "--no-measure", "--root", str(tmp_path), "--out", str(out)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "no fresh measurements" in r.stderr and not out.exists()
