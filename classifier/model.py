@@ -397,9 +397,11 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
             f"{what} lies {atyp:.1f}x further from {best} than known CCAs on unseen networks do "
             f"(limit {model.atypical_max:.1f}x)"
         )
-    pz, lim_p, p_prof, _, _, _ = param_deviation(model, use, best)
+    param_excess = 0.0  # the worst check's |z| over its limit
     for check in PARAM_CHECKS.get(best, ()):  # each check that fails speaks for itself
         z1, lim1, prof1, name, p_x, p_c = param_deviation(model, use, best, (check,))
+        if prof1 is not None:
+            param_excess = max(param_excess, z1 / lim1)
         if prof1 is not None and z1 > lim1:
             reasons.append(
                 f"{name} in profile {prof1} ({p_x:.3g}; {best} on the nearest trained paths "
@@ -434,7 +436,7 @@ def decide(model: Model, summaries: Sequence[TraceSummary]) -> Decision:
         reasons,
         {c: float(v) for c, v in zip(model.classes, shape, strict=True)},
         float(atyp),
-        float(pz / lim_p) if p_prof is not None else 0.0,
+        float(param_excess),
         disagree,
         float(pa / pa_lim) if pa_lim is not None else 0.0,
     )

@@ -106,11 +106,11 @@ def reference_peer() -> dict[str, object]:
     conditions (runs 0-3). The peer the fresh figures are read against."""
     from ccscope.classifier import dataset
     from ccscope.classifier.model import Model, decide
-    from ccscope.classifier.train import reference_data
+    from ccscope.classifier.train import DEFAULT_FEATURES, reference_data
 
     model = Model.load()
     conds = set(fresh_jobs())
-    us, _, summ, _ = reference_data(Path("/nonexistent"), dataset.RUNS_TRAIN, shipped_fallback=True)
+    us, _, summ, _ = reference_data(REPO, dataset.RUNS_TRAIN, features=DEFAULT_FEATURES)
     var_unknown, var_n, known_unknown, known_right, known_n = 0, 0, 0, 0, 0
     for u in us:
         if u.condition not in conds or u.split not in ("variants", "heldout_conditions"):
