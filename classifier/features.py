@@ -630,6 +630,10 @@ FEATURES = (
     # starts steep, Reno adds 1, Illinois's alpha (0.3-10) follows the queueing delay the
     # back-off leaves
     "early_growth",
+    # the largest queue held for CREST_RTTS round trips over the last 60 % of congestion
+    # avoidance, in segments (held_crest): Vegas shrinks its window once more than beta (4)
+    # segments are queued, so it holds no more, even where random loss cuts it before it settles
+    "queue_crest",
 )
 
 
@@ -709,6 +713,37 @@ def settled_queue(pipe: np.ndarray, bdp_segments: float) -> float:
         near = q[np.abs(q - mode) <= SETTLE_BAND]
         v = float(np.percentile(near, 90)) if len(near) >= SETTLE_SHARE * len(q) else math.nan
     return min(v, 400.0) if v > 0 else math.nan
+
+
+CREST_RTTS = 2
+# A queue falling by this much per round trip, over DRAIN_RTTS, is draining, not held: Vegas
+# empties slow start's queue by about half a segment per round trip (Vegas α 6 at 110 ms, profile
+# B: 83 -> 53 segments over 22 s), and on a long path that lasts into the window read.
+DRAIN_SEGMENTS_PER_RTT = 0.25
+DRAIN_RTTS = 4
+
+
+def held_crest(pipe: np.ndarray, bdp_segments: float, rtt_steps: int) -> float:
+    """The largest queue `pipe` (in BDPs, one value per grid step; `rtt_steps` per round trip)
+    holds for CREST_RTTS round trips, in segments: the maximum over the window of the minimum
+    over each CREST_RTTS round trips in a row, read from where the queue first stops draining
+    (falls by under DRAIN_SEGMENTS_PER_RTT per round trip over DRAIN_RTTS). NaN where the
+    window is shorter, never stops draining, or the pipe never held above the BDP (no queue:
+    nothing to read)."""
+    r = max(1, rtt_steps)
+    q = (pipe - 1.0) * bdp_segments
+    w = DRAIN_RTTS * r
+    if len(q) <= w:
+        return math.nan
+    settled = np.nonzero(q[w:] - q[:-w] > -DRAIN_RTTS * DRAIN_SEGMENTS_PER_RTT)[0]
+    if not len(settled):
+        return math.nan
+    q = q[int(settled[0]) :]
+    steps = CREST_RTTS * r
+    if len(q) < steps:
+        return math.nan
+    held = float(np.max(sliding_window_view(q, steps).min(axis=1)))
+    return min(held, 400.0) if held > 0 else math.nan
 
 
 def analyse(tr: Trace) -> TraceAnalysis:
@@ -792,6 +827,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
     late = float(np.median(pca[int(0.6 * len(pca)) :])) if len(pca) else level
     queue = float(np.clip((late - 1.0) * p.bdp / p.mss, -100.0, 400.0))
     q_eq = settled_queue(pca[int(0.4 * len(pca)) :], p.bdp / p.mss)
+    q_crest = held_crest(pca[int(0.4 * len(pca)) :], p.bdp / p.mss, round(rtt / DT))
     nan = math.nan  # "not measurable in this trace": the classifier marginalises it out
     ss_peak = float(np.max(p.smooth[: max(1, i0)]))
     seg_time = sum(sg.end - sg.start for sg in segs)
@@ -836,6 +872,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
             q_eq,
             pulses.slope,
             early_growth(p, ps, segs),
+            q_crest,
         ]
     )
     return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)

@@ -25,13 +25,13 @@ from ccscope.classifier.gnb import GaussianNB, softmax
 
 MODEL_FORMAT = "ccscope-model/1"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "2.6.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "2.7.0"  # bump when features or decision rules change; retrain with it
 # Features computed as evidence but left out of both models. Empty since 2.0: with SACK the
 # traces hold congestion avoidance and the 1.x exclusions (features that tracked the network more
 # than the CCA in SACK-less recoveries) no longer raise leave-one-condition-out accuracy.
-# queue_eq (2.1), probe_slope (2.5) and early_growth (2.6) only feed the parameter checks below:
-# the forest is the same as 2.0's.
-UNUSED_FEATURES: tuple[str, ...] = ("queue_eq", "probe_slope", "early_growth")
+# queue_eq (2.1), probe_slope (2.5), early_growth (2.6) and queue_crest (2.7) only feed the
+# parameter checks below: the forest is the same as 2.0's.
+UNUSED_FEATURES: tuple[str, ...] = ("queue_eq", "probe_slope", "early_growth", "queue_crest")
 DEFAULT_MODEL = MODELS_DIR / f"ccscope-{CLASSIFIER_VERSION}.json"
 # Which detector vouches for which classes. BBRv2 and v3 share their timing (ProbeRTT to half the
 # BDP every ~5 s, cruise between bandwidth probes 2-3 s apart), so one detector speaks for both
@@ -53,28 +53,39 @@ FAMILY = {
 # top of a bandwidth probe for a time the probe's pacing gain sets (pulse_top), and (2.5) every
 # BBR climbs into a probe at gain - 1 BDP per RTT (probe_slope); (2.6) Illinois's increase follows
 # the queueing delay, which a back-off into a full buffer leaves high, so it climbs back slowly
-# where BIC's binary search jumps (early_growth). A variant with another
-# parameter is named as its family by the forest and passes the all-feature test (its other
-# features are the family's), yet its value here falls outside what the class shows on the
+# where BIC's binary search jumps (early_growth); (2.7) Reno's additive increase is one segment
+# per RTT, and Veno's one or a half, so neither climbs back faster (early_growth), and Vegas
+# shrinks once more than beta segments queue, so it holds no more (queue_crest), which random
+# loss that keeps it from settling does not hide where the window reaches the BDP. A variant with
+# another parameter is named as its family by the forest and passes the all-feature test (its
+# other features are the family's), yet its value here falls outside what the class shows on the
 # nearest trained paths. Measured against the PARAM_K trained paths nearest in RTT (the RTT is
 # measured on the trace itself), since BBR's probe top grows with the RTT.
 PARAM_CHECKS: dict[str, tuple[str, ...]] = {
-    "vegas": ("queue_eq",), "nv": ("queue_eq",), "bbr": ("pulse_top", "probe_slope"),
+    "vegas": ("queue_eq", "queue_crest"), "nv": ("queue_eq",), "bbr": ("pulse_top", "probe_slope"),
     "bbr2": ("pulse_top", "probe_slope"), "bbr3": ("pulse_top", "probe_slope"),
-    "illinois": ("early_growth",),
+    "illinois": ("early_growth",), "reno/dctcp": ("early_growth",), "veno": ("early_growth",),
 }  # fmt: skip
 PARAM_FEATURES: tuple[str, ...] = tuple(sorted({f for fs in PARAM_CHECKS.values() for f in fs}))
-# Checks that count only values above the class's: the pacing gain caps how fast a probe can
-# climb, while an in-flight bound, the cwnd or a loss slows it (BBRv3 under random loss climbs
-# at 0.1-0.2 BDP per RTT where its gain allows 0.25), so a slow climb says nothing.
-PARAM_UPPER_ONLY: tuple[str, ...] = ("probe_slope",)
+# Checks that count only values above the class's (class -> features): the pacing gain caps how
+# fast a probe can climb, while an in-flight bound, the cwnd or a loss slows it (BBRv3 under
+# random loss climbs at 0.1-0.2 BDP per RTT where its gain allows 0.25), so a slow climb says
+# nothing. Likewise Reno's one segment per RTT is a most: an ACK lost, a window the receiver or
+# the application holds, or Veno's halved increase under a queue each slow it; and Vegas's beta
+# caps the queue it holds, while a loss before it gets there leaves it lower.
+PARAM_UPPER_ONLY: dict[str, tuple[str, ...]] = {
+    "bbr": ("probe_slope",), "bbr2": ("probe_slope",), "bbr3": ("probe_slope",),
+    "reno/dctcp": ("early_growth",), "veno": ("early_growth",), "vegas": ("queue_crest",),
+}  # fmt: skip
 # The least spread a check measures in: what the measurement resolves (2.5). A climb's rate is
 # read in BDPs, and the BDP comes from the trace's base RTT and the bottleneck rate, each known to
 # a few per cent: BBR's 0.25 BDP per RTT is 0.25 +- 0.025 at best, while its within-path spread
 # on clean paths is 0.003 (chosen after a known BBRv1 climbing at 0.252 against 0.248 was
 # flagged). A queue is whole segments (Vegas counts it so), while Vegas's within-path spread is
 # 0.13-0.4 of one; the early growth is a pipe of whole segments read over 2 RTT.
-PARAM_MIN_SCALE: dict[str, float] = {"probe_slope": 0.025, "queue_eq": 1.0, "early_growth": 0.5}
+PARAM_MIN_SCALE: dict[str, float] = {
+    "probe_slope": 0.025, "queue_eq": 1.0, "queue_crest": 1.0, "early_growth": 0.5,
+}  # fmt: skip
 PARAM_K = 2
 # A check whose known CCAs, on a path left out of training, strayed further than this (in
 # within-path spreads) from the nearest trained paths says nothing about the class: dropped.
@@ -679,7 +690,7 @@ def param_z(
     """|z| of one trace's parameter feature `name` against class `cls` on the PARAM_K trained
     paths nearest in RTT where the class shows the feature (the smallest), and the nearest
     centre; NaN where the class has no such check, the trace lacks the feature or its RTT. For
-    PARAM_UPPER_ONLY features a value under a path's centre is 0 spreads off it."""
+    a class's PARAM_UPPER_ONLY features a value under a path's centre is 0 spreads off it."""
     if name not in PARAM_CHECKS.get(cls, ()) or s.insufficient is not None:
         return math.nan, math.nan
     if s.rtt_ms is None or s.rtt_ms <= 0:
@@ -703,7 +714,7 @@ def param_z(
     if not cands:
         return math.nan, math.nan
     near = sorted(cands)[:PARAM_K]
-    upper = name in PARAM_UPPER_ONLY
+    upper = name in PARAM_UPPER_ONLY.get(cls, ())
     z, c = min(((max(x - c, 0.0) if upper else abs(x - c)) / sc, c) for _, _, c, sc in near)
     return z, c
 

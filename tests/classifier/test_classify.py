@@ -87,7 +87,7 @@ def test_untrained_variant_is_unknown_and_names_its_family() -> None:
 @pytest.mark.parametrize(
     ("variant", "family", "cls", "features"),
     [
-        ("vegas-a6", "Vegas", "vegas", ("queue_eq",)),
+        ("vegas-a6", "Vegas", "vegas", ("queue_eq", "queue_crest")),
         ("bbr3-g15", "BBR", "bbr3", ("pulse_top", "probe_slope")),
     ],
 )
@@ -96,8 +96,8 @@ def test_parameter_variant_is_unknown_by_its_parameter(
 ) -> None:
     """Vegas with alpha 6 and BBRv3 with a 1.5 probe gain look like their family in every other
     feature; the parameter checks name them Unknown by the features that carry the parameter
-    (the standing queue; the time a probe holds its top and the rate it climbs at), each
-    failing check in the explanation."""
+    (the settled queue and the most queue held; the time a probe holds its top and the rate it
+    climbs at), each failing check in the explanation."""
     v = classify([Trace.load(fixture_path(variant, p)) for p in "AB"])
     assert v.kind == "unknown" and v.nearest == family, v.explanation
     for f in features:
@@ -108,14 +108,16 @@ def test_parameter_variant_is_unknown_by_its_parameter(
 def test_parameter_limits_are_at_least_the_resolution() -> None:
     """Every shipped parameter check's limit is at least PARAM_MIN_LIMIT spreads (a one-sided
     check's LOCO maximum can be ~0); the BBR probe-rate checks are there for every BBR version
-    in profile B, and Illinois's early-growth check too."""
+    in profile B, the early-growth checks for Illinois, Reno and Veno, Vegas's held queue."""
     from ccscope.classifier.model import PARAM_MIN_LIMIT
 
     m = Model.load()
     assert m.param_limit and min(m.param_limit.values()) >= PARAM_MIN_LIMIT
     for cls in ("bbr", "bbr2", "bbr3"):
         assert f"B|{cls}|probe_slope" in m.param_limit
-    assert "B|illinois|early_growth" in m.param_limit
+    for cls in ("illinois", "reno/dctcp", "veno"):
+        assert f"B|{cls}|early_growth" in m.param_limit
+    assert "A|vegas|queue_crest" in m.param_limit and "B|vegas|queue_crest" in m.param_limit
 
 
 def test_pair_test_names_the_pair(traces: dict[tuple[str, str], Trace]) -> None:

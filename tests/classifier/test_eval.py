@@ -199,6 +199,16 @@ def test_fresh_bench_peer_and_empty_root(tmp_path: Path) -> None:
     assert committed["model"] == Model.load().version
     assert mod.reference_peer() == committed["reference_set"]
     out = tmp_path / "o.json"
-    argv = [sys.executable, str(bench), "--no-measure", "--root", str(tmp_path), "--out", str(out)]
+    argv = [
+        sys.executable,
+        str(bench),
+        "--no-measure",
+        "--batch",
+        "2",
+        "--root",
+        str(tmp_path),
+        "--out",
+        str(out),
+    ]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "no fresh measurements" in r.stderr and not out.exists()

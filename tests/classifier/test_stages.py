@@ -389,3 +389,44 @@ def test_rival_is_the_runner_up_of_another_family() -> None:
     assert rival_of(classes, np.array([0.0, 0.0, 0.45, 0.55])) == 2  # Illinois, then BIC
     assert rival_of(classes, np.array([0.0, 0.0, 0.5, 0.5])) == 3  # a tie: by name, as ranked
     assert rival_of(["cubic"], np.array([1.0])) is None
+
+
+def test_held_crest_reads_the_queue_held_not_a_spike() -> None:
+    """The largest queue held for CREST_RTTS round trips: a spike shorter than that is no
+    crest, a drain (slow start's queue emptied a segment per round trip) is passing through, a
+    queue never over the BDP is no reading; on the d5 lab traces Vegas holds at most its beta
+    (4) plus a segment, Vegas with alpha 6 (beta 12) about 10."""
+    bdp, r = 50.0, 10  # grid steps per round trip
+    q = np.concatenate([np.full(40, -10.0), np.full(30, 5.0), [30.0], np.full(40, 2.0)])
+    assert abs(F.held_crest(1.0 + q / bdp, bdp, r) - 5.0) < 1e-9
+    drain = np.concatenate([60.0 - np.arange(400) / r, np.full(100, 3.0)])  # 60 -> 20, then 3
+    assert abs(F.held_crest(1.0 + drain / bdp, bdp, r) - 3.0) < 1e-9
+    assert np.isnan(F.held_crest(1.0 + (60.0 - np.arange(400) / r) / bdp, bdp, r))  # still draining
+    assert np.isnan(F.held_crest(np.full(100, 0.8), bdp, r))  # under the BDP throughout
+    assert np.isnan(F.held_crest(np.full(15, 1.2), bdp, r))  # shorter than the window
+    i = F.FEATURES.index("queue_crest")
+    for prof in "AB":
+        vegas = F.analyse(Trace.load(fixture_path("vegas", prof))).features[i]
+        a6 = F.analyse(Trace.load(fixture_path("vegas-a6", prof))).features[i]
+        assert 2.0 < vegas < 6.5 and 8.0 < a6 < 13.0, (prof, vegas, a6)
+
+
+def test_one_sided_checks_are_per_class() -> None:
+    """Reno's early growth is one-sided (one segment per RTT is its most: anything slower says
+    nothing), Illinois's two-sided (its alpha is read both ways)."""
+    from ccscope.classifier.model import TraceSummary, fit_param_stats, param_z
+
+    n = 12
+    X = np.full((2 * n, len(F.FEATURES)), np.nan)
+    X[:, F.FEATURES.index("early_growth")] = 1.0 + 0.01 * np.sin(np.arange(2 * n))
+    y = ["reno/dctcp"] * n + ["illinois"] * n
+    stats, rtts = fit_param_stats(X, y, ["A"] * 2 * n, ["d5"] * 2 * n, [110.0] * 2 * n)
+
+    def summary(g: float) -> TraceSummary:
+        f = [float("nan")] * len(F.FEATURES)
+        f[F.FEATURES.index("early_growth")] = g
+        return TraceSummary("A", f, {}, rtt_ms=110.0)
+
+    assert param_z(stats, rtts, summary(0.2), "reno/dctcp", "early_growth")[0] == 0.0
+    assert param_z(stats, rtts, summary(3.0), "reno/dctcp", "early_growth")[0] > 3.0
+    assert param_z(stats, rtts, summary(0.2), "illinois", "early_growth")[0] > 1.0
