@@ -16,6 +16,7 @@ training split only, so no held-out trace influences the model.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import sys
@@ -64,7 +65,22 @@ from ccscope.classifier.model import (
 )
 from ccscope.trace import Trace
 
-CACHE_NAME = f"summaries-{CLASSIFIER_VERSION}.json"
+
+def _summary_code_digest() -> str:
+    """A digest of the code a trace summary comes from (trace loading, features, detectors,
+    summarise): the summaries cache is named by it as well as by the version, so an edit to a
+    feature without a version bump recomputes the cache instead of silently reusing values the
+    old code computed (a same-length feature vector passes every other check)."""
+    from ccscope import trace as trace_mod
+    from ccscope.classifier import core, detectors, features
+
+    h = hashlib.sha256()
+    for mod in (trace_mod, features, detectors, core):
+        h.update(Path(str(mod.__file__)).read_bytes())
+    return h.hexdigest()[:12]
+
+
+CACHE_NAME = f"summaries-{CLASSIFIER_VERSION}-{_summary_code_digest()}.json"
 ZLIM_MIN_CLASS = 10  # LOCO hits of a class (per profile) before it gets its own |z| limits
 # Unknown limits: this percentile of what correctly named known CCAs showed on a network left out
 # of training (LOCO). 100: a measurement is Unknown only when it lies further from its class than
@@ -92,7 +108,8 @@ def _summarise_path(path: str) -> dict[str, Any]:
 
 def summaries_for(samples: Sequence[dataset.Sample], root: Path, workers: int = 1) -> dict[str, TraceSummary]:
     """Per-trace summaries, cached next to the traces (keyed by path; the cache name carries the
-    classifier version, so a code change that bumps it recomputes everything)."""
+    classifier version and a digest of the summarising code, so a change to either recomputes
+    everything)."""
     cache_file = root / CACHE_NAME
     cache: dict[str, Any] = json.loads(cache_file.read_text()) if cache_file.exists() else {}
     # an entry computed by other features (code changed without a version bump) is recomputed,

@@ -189,7 +189,9 @@ def test_refit_on_shipped_features_reproduces_the_shipped_model(tmp_path: Path) 
 def test_fresh_bench_peer_and_empty_root(tmp_path: Path) -> None:
     """bench/classifier_fresh reads its peer figures (the shipped model on the reference set's
     measurements of the same plan) from the shipped summaries: the committed JSON carries the
-    same numbers and the same model. Without fresh measurements it says so and fails."""
+    same numbers and the same model; its headline pools the batches no rule was chosen by, with
+    Wilson intervals. Without fresh measurements it says so and fails, as it does when asked
+    for a root without naming the batch it holds."""
     bench = EVAL_DIR.parent.parent / "classifier_fresh" / "run.py"
     spec = importlib.util.spec_from_file_location("classifier_fresh_bench", bench)
     assert spec is not None and spec.loader is not None
@@ -212,3 +214,11 @@ def test_fresh_bench_peer_and_empty_root(tmp_path: Path) -> None:
     ]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "no fresh measurements" in r.stderr and not out.exists()
+    r = subprocess.run(argv[:3] + argv[5:], capture_output=True, text=True, timeout=300)  # --root, no --batch
+    assert r.returncode == 2 and "give --batch too" in r.stderr and not out.exists()
+    # the headline's interval: 74 of 80 is 0.846-0.965 (Wilson), nothing measured is no interval
+    assert mod.wilson(74, 80) == [0.8459, 0.9652] and mod.wilson(0, 0) is None
+    heads = committed["headline_batches"]
+    assert heads == [b for b in sorted(mod.BATCHES) if b in mod.UNSEEN_BATCHES]
+    n = sum(committed["batches"][str(b)]["variants_fresh"] for b in heads)
+    assert committed["variants_fresh"] == n
