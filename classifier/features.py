@@ -712,6 +712,12 @@ def settled_queue(pipe: np.ndarray, bdp_segments: float) -> float:
         mode = float(bins[int(np.argmax(counts))]) + 0.5
         near = q[np.abs(q - mode) <= SETTLE_BAND]
         v = float(np.percentile(near, 90)) if len(near) >= SETTLE_SHARE * len(q) else math.nan
+    return _queue_reading(v)
+
+
+def _queue_reading(v: float) -> float:
+    """A queue read in segments, capped; NaN where it is none (the pipe under the BDP: no
+    target to read) or unreadable."""
     return min(v, 400.0) if v > 0 else math.nan
 
 
@@ -742,8 +748,7 @@ def held_crest(pipe: np.ndarray, bdp_segments: float, rtt_steps: int) -> float:
     steps = CREST_RTTS * r
     if len(q) < steps:
         return math.nan
-    held = float(np.max(sliding_window_view(q, steps).min(axis=1)))
-    return min(held, 400.0) if held > 0 else math.nan
+    return _queue_reading(float(np.max(sliding_window_view(q, steps).min(axis=1))))
 
 
 def analyse(tr: Trace) -> TraceAnalysis:
@@ -826,8 +831,9 @@ def analyse(tr: Trace) -> TraceAnalysis:
     # drain slow start's queue down to its target
     late = float(np.median(pca[int(0.6 * len(pca)) :])) if len(pca) else level
     queue = float(np.clip((late - 1.0) * p.bdp / p.mss, -100.0, 400.0))
-    q_eq = settled_queue(pca[int(0.4 * len(pca)) :], p.bdp / p.mss)
-    q_crest = held_crest(pca[int(0.4 * len(pca)) :], p.bdp / p.mss, round(rtt / DT))
+    pca_late = pca[int(0.4 * len(pca)) :]
+    q_eq = settled_queue(pca_late, p.bdp / p.mss)
+    q_crest = held_crest(pca_late, p.bdp / p.mss, round(rtt / DT))
     nan = math.nan  # "not measurable in this trace": the classifier marginalises it out
     ss_peak = float(np.max(p.smooth[: max(1, i0)]))
     seg_time = sum(sg.end - sg.start for sg in segs)

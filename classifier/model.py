@@ -735,10 +735,9 @@ def param_deviation(
         0.0, math.inf, None, None, math.nan, math.nan,
     )  # fmt: skip
     best_ratio = 0.0
+    names = [n for n in PARAM_CHECKS.get(cls, ()) if checks is None or n in checks]
     for s in use:
-        for name in PARAM_CHECKS.get(cls, ()):
-            if checks is not None and name not in checks:
-                continue
+        for name in names:
             lim = model.param_limit.get(param_limit_key(s.profile, cls, name))
             if lim is None:
                 continue

@@ -112,12 +112,7 @@ def summaries_for(samples: Sequence[dataset.Sample], root: Path, workers: int = 
     everything)."""
     cache_file = root / CACHE_NAME
     cache: dict[str, Any] = json.loads(cache_file.read_text()) if cache_file.exists() else {}
-    # an entry computed by other features (code changed without a version bump) is recomputed,
-    # not fed to a model that expects another vector
-    stale = {
-        p for p, d in cache.items() if d.get("insufficient") is None and len(d["features"]) != len(FEATURES)
-    }
-    todo = sorted({s.path for s in samples} - (set(cache) - stale))
+    todo = sorted({s.path for s in samples} - set(cache))
     if todo:
         if workers > 1:
             with ProcessPoolExecutor(workers) as ex:

@@ -32,9 +32,13 @@ import os
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+if TYPE_CHECKING:
+    from ccscope.classifier.model import Model
 
 # Each batch is a set of run numbers no earlier measurement used (new seeds): the variants'
 # runs and the known CCAs' run at the held-out conditions, and where the batch is kept.
@@ -48,14 +52,20 @@ BATCHES: dict[int, tuple[tuple[int, ...], int, Path]] = {
 UNSEEN_BATCHES: tuple[int, ...] = (2, 3)
 
 
-def fresh_jobs(batch: int = 1) -> dict[str, list]:
+def fresh_conditions() -> list:
+    """The conditions a batch measures: those with jitter or loss (without them the emulator is
+    deterministic and a new run repeats an old one)."""
+    from ccscope.classifier import dataset
+
+    return [c for c in dataset.CONDITIONS if c.jitter_ms or c.loss]
+
+
+def fresh_jobs(batch: int) -> dict[str, list]:
     from ccscope.classifier import dataset
 
     variant_runs, known_run, _ = BATCHES[batch]
     jobs: dict[str, list[dataset.Job]] = {}
-    for c in dataset.CONDITIONS:
-        if c.jitter_ms == 0 and c.loss == 0:
-            continue
+    for c in fresh_conditions():
         js = [dataset.Job(c.name, v, r) for r in variant_runs for v in dataset.VARIANTS]
         if c.split == "heldout":
             js += [dataset.Job(c.name, cca, known_run) for cca in dataset.trained_ccas()]
@@ -63,13 +73,12 @@ def fresh_jobs(batch: int = 1) -> dict[str, list]:
     return jobs
 
 
-def score(root: Path, batch: int) -> dict[str, object]:
-    """The shipped model's verdicts on one batch's fresh measurements under `root`."""
+def score(model: Model, root: Path, batch: int) -> dict[str, object]:
+    """`model`'s verdicts on one batch's fresh measurements under `root`."""
     from ccscope.classifier import dataset
-    from ccscope.classifier.model import Model, decide
+    from ccscope.classifier.model import decide
     from ccscope.classifier.train import summaries_for
 
-    model = Model.load()
     wanted = {(c, j.cca, j.run) for c, js in fresh_jobs(batch).items() for j in js}
     samples = [s for s in dataset.load_index(root) if (s.condition, s.cca, s.run) in wanted]
     summ = summaries_for(samples, root, workers=2)
@@ -137,16 +146,15 @@ def figures(var: dict[str, Counter[str]], known: Counter[str]) -> dict[str, obje
     }
 
 
-def reference_peer() -> dict[str, object]:
+def reference_peer(model: Model) -> dict[str, object]:
     """The same model on the reference set's measurements of the same plan (its shipped
     summaries): variants runs 0-1 on the conditions measured here, known CCAs at the held-out
     conditions (runs 0-3). The peer the fresh figures are read against."""
     from ccscope.classifier import dataset
-    from ccscope.classifier.model import Model, decide
+    from ccscope.classifier.model import decide
     from ccscope.classifier.train import DEFAULT_FEATURES, reference_data
 
-    model = Model.load()
-    conds = set(fresh_jobs())
+    conds = {c.name for c in fresh_conditions()}
     us, _, summ, _ = reference_data(REPO, dataset.RUNS_TRAIN, features=DEFAULT_FEATURES)
     var_unknown, var_n, known_unknown, known_right, known_n = 0, 0, 0, 0, 0
     for u in us:
@@ -195,13 +203,14 @@ def main() -> int:
 
         for b in batches:
             dataset.collect(roots[b], fresh_jobs(b))
-    scored = {b: score(roots[b], b) for b in batches}
+    from ccscope.classifier.model import Model
+
+    model = Model.load()
+    scored = {b: score(model, roots[b], b) for b in batches}
     empty = [str(roots[b]) for b in batches if not scored[b]["measurements"]]
     if empty:
         print(f"classifier_fresh: no fresh measurements under {', '.join(empty)}", file=sys.stderr)
         return 1
-    from ccscope.classifier.model import Model
-
     head = [b for b in batches if b in UNSEEN_BATCHES] or [max(batches)]
     var: dict[str, Counter[str]] = defaultdict(Counter)
     known: Counter[str] = Counter()
@@ -209,10 +218,10 @@ def main() -> int:
         for v, c in scored[b]["variants_predicted_fresh"].items():  # type: ignore[attr-defined]
             var[v].update(c)
         known.update(scored[b]["known_verdicts_fresh"])  # type: ignore[arg-type]
-    out: dict[str, object] = {"model": Model.load().version, "headline_batches": head}
+    out: dict[str, object] = {"model": model.version, "headline_batches": head}
     out.update(figures(var, known))
     out["batches"] = {str(b): v for b, v in scored.items()}
-    out["reference_set"] = reference_peer()
+    out["reference_set"] = reference_peer(model)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "batches"}, indent=2, sort_keys=True))

@@ -199,7 +199,7 @@ def test_fresh_bench_peer_and_empty_root(tmp_path: Path) -> None:
     spec.loader.exec_module(mod)
     committed = json.loads((EVAL_DIR.parent.parent / "results" / "classifier_fresh.json").read_text())
     assert committed["model"] == Model.load().version
-    assert mod.reference_peer() == committed["reference_set"]
+    assert mod.reference_peer(Model.load()) == committed["reference_set"]
     out = tmp_path / "o.json"
     argv = [
         sys.executable,
