@@ -327,6 +327,8 @@ class Lab:
     # -- up --
 
     def _up(self, params: LabParams, timeout: float) -> dict[str, Any]:
+        from ccscope.capture.shell import link_argv
+
         link = _link_binary()
         prefix = lab_prefix(params.instance)
         _check_prefix_free(prefix)
@@ -352,12 +354,13 @@ class Lab:
 
         tables_before = _nft_tables()
         r, w = os.pipe()
-        argv = [
-            str(link), *params.link_args(), "--route", prefix,
-            *[a for s in specs for a in ("--inner-addr", f"{s.addr}/32")],
-            "--stats", str(self.link_stats), "--ready-fd", str(w),
-            "--", sys.executable, "-m", "ccscope.lab.server", "--config", str(self.config_file),
-        ]  # fmt: skip
+        argv = link_argv(
+            [*params.link_args(), "--route", prefix,
+             *[a for s in specs for a in ("--inner-addr", f"{s.addr}/32")],
+             "--stats", str(self.link_stats), "--ready-fd", str(w)],
+            [sys.executable, "-m", "ccscope.lab.server", "--config", str(self.config_file)],
+            keep_root=True,  # the server sets CCAs, real-time priority and its namespace's routes
+        )  # fmt: skip
         with self.log_file.open("wb") as log:
             try:
                 proc = _spawn(argv, log, pass_fds=(w,))
