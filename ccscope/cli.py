@@ -251,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_classifier(sub)
 
+    from ccscope.classifier.collect import register as register_collect
+
+    register_collect(sub)
+
     from ccscope.store.cli import register as register_store
 
     register_store(sub)
