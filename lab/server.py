@@ -11,7 +11,7 @@ rate at B bytes/s after the first N bytes: application-limited sends), `/large`,
 HTTP/1.1 with keep-alive, one thread per connection, written for clients that vanish mid-way.
 
 Server settings of the condition space are applied here, in the lab's namespace, before the
-listeners open: the initial window (`initcwnd` on the namespace's default route), GSO on the
+listeners open: the initial window (`initcwnd` on the namespace's routes), GSO on the
 namespace's device (its TUN has no TSO: checksum offload is fixed off, so GSO is what can change)
 and the MSS (TCP_MAXSEG on every listener). The server also starts, as its children in the same
 namespace, nginx (lab/nginx.py) with its ground-truth sampler (lab/diag.py) and the cross-traffic
@@ -778,22 +778,24 @@ def shell_device() -> str | None:
 
 
 def apply_namespace_settings(cfg: ServerConfig) -> list[str]:
-    """initcwnd on the default route and GSO on the device; raises RuntimeError if the kernel
+    """initcwnd on the namespace's routes and GSO on its device; raises RuntimeError if the kernel
     refuses (a lab must not run with settings it did not get)."""
     notes = []
     if cfg.initcwnd is not None:
-        routes = json.loads(_sh(["ip", "-j", "route", "show", "default"]) or "[]")
+        # Every route: clients reach the servers through the shell's NAT, so replies go to the
+        # shell's outer address over the connected route, not the default one.
+        routes = json.loads(_sh(["ip", "-j", "route", "show"]) or "[]")
         if not routes:
-            raise RuntimeError("initcwnd: the namespace has no default route")
-        r = routes[0]
-        argv = ["ip", "route", "change", "default"]
-        if r.get("gateway"):
-            argv += ["via", r["gateway"]]
-        argv += ["dev", r["dev"], "initcwnd", str(cfg.initcwnd)]
-        _sh(argv)
-        notes.append(
-            f"initcwnd {cfg.initcwnd} on the default route: {_sh(['ip', 'route', 'show', 'default']).strip()}"
-        )
+            raise RuntimeError("initcwnd: the namespace has no routes")
+        for r in routes:
+            argv = ["ip", "route", "change", r["dst"]]
+            for key, opt in (("gateway", "via"), ("dev", "dev"), ("protocol", "proto"), ("scope", "scope"),
+                             ("prefsrc", "src")):  # fmt: skip
+                if r.get(key):
+                    argv += [opt, str(r[key])]
+            _sh([*argv, "initcwnd", str(cfg.initcwnd)])
+        shown = "; ".join(_sh(["ip", "route", "show"]).strip().splitlines())
+        notes.append(f"initcwnd {cfg.initcwnd} on every route: {shown}")
     if cfg.gso is not None:
         dev = shell_device()
         if dev is None:
