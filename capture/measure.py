@@ -127,6 +127,7 @@ def measure_profile(
     layers: Sequence[Sequence[str]] = (),
     stem: str | None = None,
     keep_pcap: bool = True,
+    setup_slack: float = 15.0,
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
     `access`: link options of an emulated access path around the profile's shell (a lab
@@ -155,7 +156,7 @@ def measure_profile(
         extra=("--seed", str(seed)) if seed is not None else (),
         outer=access,
         layers=layers,
-        timeout=timeout + 15,
+        timeout=timeout + setup_slack,
     )
     try:
         run.fetch = json.loads(sh.stdout.strip().splitlines()[-1]) if sh.stdout.strip() else {}

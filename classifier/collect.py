@@ -56,6 +56,9 @@ DEFAULT_STATE_PREFIX = "/run/ccscope/lab-draws-"
 WARMUP_S = 3.0  # elastic cross traffic runs this long before the first download
 JOB_OVERHEAD_S = 6.0  # shells up and down, handshakes, ground truth written (measured)
 LAB_UP_S = 6.0
+# Seconds each shell of a download gets to come up and go down beyond the download's own cap:
+# on a loaded 2-core host a nested shell's set-up (ip, nft) has taken over 10 s.
+SHELL_SLACK_S = 20.0
 
 
 def job_dir(root: Path, job: DrawJob) -> Path:
@@ -124,20 +127,37 @@ def run_job(
         [sys.executable, "-m", "ccscope.classifier.collect", "_job", str(out / "job.json")],
         keep_root=True,  # it nests more shells
     )  # fmt: skip
-    limit = job.draw.duration_cap_s("A") + job.draw.duration_cap_s("B") + WARMUP_S + 120.0
+    shells = 1 + len(job.draw.layers())
+    limit = (
+        job.draw.duration_cap_s("A")
+        + job.draw.duration_cap_s("B")
+        + WARMUP_S
+        + 60.0
+        + 2 * SHELL_SLACK_S * shells
+    )
     t0 = time.monotonic()
-    err = ""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "CCSCOPE_LAB_DIR": str(lab_dir)})  # fmt: skip
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=limit,
-                           env={**os.environ, "CCSCOPE_LAB_DIR": str(lab_dir)})  # fmt: skip
-        err = p.stderr.strip()[-600:]
-        rc: int | None = p.returncode
+        _, err = proc.communicate(timeout=limit)
+        rc: int | None = proc.returncode
     except subprocess.TimeoutExpired:
+        # SIGTERM first: the emulator forwards it and tears its namespace down
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
         rc, err = None, f"the job ran over its {limit:.0f} s limit"
+    err = (err or "").strip()[-600:]
     try:
         res = json.loads((out / "result.json").read_text())
     except (OSError, ValueError):
         res = {"status": "failed", "reason": f"no result (exit {rc}): {err or 'no output'}", "slots": {}}
+    if not keep_pcap:  # a job cut short leaves its capture behind
+        for f in out.glob("*.pcap"):
+            f.unlink(missing_ok=True)
     res["wall_s"] = round(time.monotonic() - t0, 1)
     return _record(job, res)
 
@@ -205,7 +225,8 @@ def _inner_job(spec_file: Path) -> int:
             try:
                 r = measure_profile(url, prof, out, run_id=run_id, lab=True, timeout=cap,
                                     max_bytes=size + (1 << 20), seed=_seed(job, slot), layers=layer_opts,
-                                    stem=slot, keep_pcap=keep_pcap)  # fmt: skip
+                                    stem=slot, keep_pcap=keep_pcap,
+                                    setup_slack=SHELL_SLACK_S * (1 + len(layer_opts)))  # fmt: skip
             except CCScopeError as e:
                 s["error"] = str(e)
                 problems.append(f"{slot}: {e}")
