@@ -59,6 +59,8 @@ LAB_UP_S = 6.0
 # Seconds each shell of a download gets to come up and go down beyond the download's own cap:
 # on a loaded 2-core host a nested shell's set-up (ip, nft) has taken over 10 s.
 SHELL_SLACK_S = 20.0
+# Mbit/s of cross traffic that cost as much host CPU as one more concurrent job (job_cost)
+CROSS_MBIT_PER_JOB = 6.0
 
 
 def job_dir(root: Path, job: DrawJob) -> Path:
@@ -84,14 +86,29 @@ def _seed(job: DrawJob, what: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{job.key}/{what}".encode()).digest()[:4], "big")
 
 
+def job_cost(draw: Draw, budget: float) -> float:
+    """How much of the concurrency budget a job takes. Every packet costs CPU in each userspace
+    shell it crosses; a measurement moves at most a few hundred packets a second, cross traffic
+    on a shared bottleneck of R Mbit/s ~83·R (1500-byte packets) through two shells. On this
+    2-core VM eight jobs with ~10 Mbit/s of cross traffic each starved everything (load 29), so
+    a job with cross traffic counts as 1 + R/CROSS_MBIT_PER_JOB jobs (100 Mbit/s: nearly alone)."""
+    c = 1.0
+    if draw.sharing.has_cross_traffic and draw.sharing.rate_mbit:
+        c += draw.sharing.rate_mbit / CROSS_MBIT_PER_JOB
+    return min(c, float(budget))
+
+
 def estimate_s(jobs: Sequence[DrawJob], concurrency: int) -> float:
-    """Wall time of a collection: each job's two expected downloads plus set-up, K at a time,
-    plus a lab bring-up per server group."""
+    """Wall time of a collection: each job's two expected downloads plus set-up, weighted by its
+    share of the concurrency budget, plus a lab bring-up per server group."""
     work = sum(
-        j.draw.expected_duration_s("A")
-        + j.draw.expected_duration_s("B")
-        + JOB_OVERHEAD_S
-        + (WARMUP_S if j.draw.sharing.flows else 0.0)
+        (
+            j.draw.expected_duration_s("A")
+            + j.draw.expected_duration_s("B")
+            + JOB_OVERHEAD_S
+            + (WARMUP_S if j.draw.sharing.flows else 0.0)
+        )
+        * job_cost(j.draw, concurrency)
         for j in jobs
     )
     groups = len({j.draw.server.key() for j in jobs})
@@ -249,7 +266,8 @@ def _inner_job(spec_file: Path) -> int:
                 continue
             if r.partial and not capped:
                 problems.append(f"{slot}: partial download ({r.error or 'cut short'})")
-            rec = find_record(run_id=f"{run_id}-{prof.name}", wait_s=5.0)
+            # the server writes its record once the connection is over; a busy host takes a while
+            rec = find_record(run_id=f"{run_id}-{prof.name}", wait_s=30.0)
             if rec is None:
                 problems.append(f"{slot}: no ground truth from the server")
                 continue
@@ -349,6 +367,7 @@ def collect(
     if sizes:
         nginx.ensure_objects(sizes)
     pool = ThreadPoolExecutor(max(1, concurrency))
+    budget = _Budget(float(max(1, concurrency)))
     lock = threading.Lock()
     t0 = time.monotonic()
     bar = _Progress(len(todo), progress)
@@ -381,8 +400,12 @@ def collect(
                 record(_record(j, {"status": "failed", "reason": f"lab bring-up failed: {e}", "slots": {}}))
             return
         try:
-            futs = [pool.submit(run_job, j, root, lab_dir, st.get("cross_sources"), keep_pcap=keep_pcap)
-                    for j in gjobs]  # fmt: skip
+
+            def one_job(j: DrawJob) -> dict[str, Any]:
+                with budget.take(job_cost(j.draw, concurrency)):
+                    return run_job(j, root, lab_dir, st.get("cross_sources"), keep_pcap=keep_pcap)
+
+            futs = [pool.submit(one_job, j) for j in gjobs]
             for j, fu in zip(gjobs, futs, strict=True):
                 try:
                     record(fu.result())
@@ -418,6 +441,34 @@ def collect(
     bar.close()
     summ.wall_s = round(time.monotonic() - t0, 1)
     return summ
+
+
+class _Budget:
+    """A weighted semaphore, first come first served: a job waits until it is first in line and
+    its cost fits in what is free (so light jobs cannot starve a heavy one)."""
+
+    def __init__(self, total: float) -> None:
+        self.free = total
+        self._cond = threading.Condition()
+        self._line: list[int] = []
+        self._ticket = 0
+
+    @contextlib.contextmanager
+    def take(self, n: float) -> Any:
+        with self._cond:
+            me = self._ticket
+            self._ticket += 1
+            self._line.append(me)
+            self._cond.wait_for(lambda: self._line[0] == me and self.free >= n - 1e-9)
+            self._line.pop(0)
+            self.free -= n
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.free += n
+                self._cond.notify_all()
 
 
 class _Progress:
