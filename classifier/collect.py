@@ -306,6 +306,51 @@ def load_index(root: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True)
+class DrawSample:
+    """One trace of a collection and what produced it (for training and evaluation code)."""
+
+    path: str
+    kind: str  # "sender", "capture" or "truth"
+    cca: str
+    label: str
+    split: str
+    space: str
+    fixed: tuple[str, ...]
+    draw_id: str
+    run: int
+    slot: str  # "A" or "B"
+    profile: str
+    is_variant: bool
+    status: str
+    capped: bool
+
+
+_KIND_KEY = {"sender": "sender_trace", "capture": "trace", "truth": "truth_trace"}
+
+
+def samples(root: Path, kind: str = "sender", statuses: Sequence[str] = ("ok",)) -> list[DrawSample]:
+    """Every trace of `kind` from jobs whose status is in `statuses` (partial jobs are left out
+    unless asked for; failed ones have no traces to give), sorted by path."""
+    if kind not in _KIND_KEY:
+        raise ValueError(f"kind must be one of {', '.join(_KIND_KEY)}")
+    out = []
+    for rec in load_index(root).values():
+        if rec.get("status") not in statuses:
+            continue
+        for slot, s in sorted(rec.get("slots", {}).items()):
+            f = s.get(_KIND_KEY[kind])
+            if not f or not Path(f).exists():
+                continue
+            out.append(DrawSample(
+                path=f, kind=kind, cca=rec["cca"], label=rec["label"], split=rec["split"],
+                space=rec.get("space", ""), fixed=tuple(rec.get("fixed", ())), draw_id=rec["draw_id"],
+                run=int(rec.get("run", 0)), slot=slot, profile=str(s.get("profile")),
+                is_variant=bool(rec.get("is_variant")), status=rec["status"], capped=bool(s.get("capped")),
+            ))  # fmt: skip
+    return sorted(out, key=lambda x: x.path)
+
+
 def _done(job: DrawJob, root: Path, retry_failed: bool) -> bool:
     try:
         st = json.loads((job_dir(root, job) / "result.json").read_text()).get("status")

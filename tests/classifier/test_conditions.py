@@ -122,3 +122,33 @@ def test_every_drawn_link_is_accepted_by_the_emulator() -> None:
         for p in (d.internet_link(), *d.layers(), *d.profiles()):
             r = subprocess.run([str(link), *p.link_args(), "--check"], capture_output=True, text=True)
             assert r.returncode == 0, (p, r.stderr)
+
+
+def test_index_and_samples(tmp_path: Path) -> None:
+    from ccscope.classifier.collect import _record, load_index, samples
+
+    d = c.sample("full", "eval", 2)
+    f = tmp_path / "A.sender.trace.json"
+    f.write_text("{}")
+    ok = _record(c.DrawJob(d, "cubic"), {"status": "ok", "reason": None, "slots": {
+        "A": {"profile": "space-A", "sender_trace": str(f), "capped": True},
+        "B": {"profile": "space-B", "sender_trace": str(tmp_path / "missing.json")}}})  # fmt: skip
+    bad = _record(c.DrawJob(d, "bbr"), {"status": "failed", "reason": "lab bring-up failed", "slots": {}})
+    first = {**ok, "status": "failed"}
+    with (tmp_path / "index.jsonl").open("w") as fh:
+        for r in (first, bad, ok):
+            fh.write(json.dumps(r) + "\n")
+    idx = load_index(tmp_path)
+    assert idx[ok["key"]]["status"] == "ok" and idx[bad["key"]]["reason"] == "lab bring-up failed"
+    got = samples(tmp_path)
+    assert len(got) == 1
+    s = got[0]
+    assert (s.cca, s.label, s.split, s.slot, s.capped, s.draw_id) == (
+        "cubic",
+        "cubic",
+        "eval",
+        "A",
+        True,
+        d.id,
+    )
+    assert samples(tmp_path, "truth") == []
