@@ -636,6 +636,7 @@ class Store:
                 measured_on=(aware(m.started_at) or now).date(),
                 label=verdict.label,
                 kind=verdict.kind,
+                nearest=(verdict.nearest or None) and verdict.nearest[:64],
                 confidence=verdict.confidence,
                 evidence=evidence,
                 classifier_version=verdict.classifier_version,
@@ -784,6 +785,118 @@ class Store:
         rows = [CensusRow(day, v, t, label, n, totals[(day, v, t)]) for day, v, t, label, n in raw if n]
         rows.sort(key=lambda r: (r.date, r.vantage, r.transport, -r.count, r.label))
         return rows
+
+    def unknown_families(
+        self,
+        date_from: dt.date | None = None,
+        date_to: dt.date | None = None,
+        vantage: str | None = None,
+        transport: str | None = None,
+    ) -> list[tuple[dt.date, str, str, str, int]]:
+        """Unknown verdicts per (date, vantage, transport, nearest family): the "X-like" split of
+        the Unknown share (index ix_verdicts_kind_day)."""
+        fam = func.coalesce(VerdictRow.nearest, "?")
+        q = (
+            select(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, fam, func.count())
+            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+            .where(VerdictRow.kind == "unknown")
+        )
+        if date_from:
+            q = q.where(VerdictRow.measured_on >= date_from)
+        if date_to:
+            q = q.where(VerdictRow.measured_on <= date_to)
+        if vantage:
+            q = q.where(VantagePoint.name == vantage)
+        if transport:
+            q = q.where(VerdictRow.transport == transport)
+        q = q.group_by(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, fam)
+        with self._reader.connect() as c:
+            rows = [(d, v, t, str(f), int(n)) for d, v, t, f, n in c.execute(q)]
+        rows.sort(key=lambda r: (r[0], r[1], r[2], -r[4], r[3]))
+        return rows
+
+    EXPORT_COLUMNS = (
+        "measurement_id", "campaign_id", "domain", "vantage", "transport", "measured_on", "label",
+        "kind", "nearest", "confidence", "classifier_version", "created_at",
+    )  # fmt: skip
+
+    def export_verdicts(
+        self,
+        campaign_id: int | None = None,
+        date_from: dt.date | None = None,
+        date_to: dt.date | None = None,
+        vantage: str | None = None,
+        transport: str | None = None,
+        batch: int = 5000,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Every verdict matching the filters as a row of EXPORT_COLUMNS, in measurement order
+        (streamed in batches: a census of millions never sits in memory at once)."""
+        q = (
+            select(
+                VerdictRow.measurement_id,
+                Measurement.campaign_id,
+                Site.domain,
+                VantagePoint.name,
+                VerdictRow.transport,
+                VerdictRow.measured_on,
+                VerdictRow.label,
+                VerdictRow.kind,
+                VerdictRow.nearest,
+                VerdictRow.confidence,
+                VerdictRow.classifier_version,
+                VerdictRow.created_at,
+            )
+            .join(Measurement, Measurement.id == VerdictRow.measurement_id)
+            .join(Site, Site.id == VerdictRow.site_id)
+            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+            .order_by(VerdictRow.measurement_id)
+        )
+        if campaign_id is not None:
+            q = q.where(Measurement.campaign_id == campaign_id)
+        if date_from:
+            q = q.where(VerdictRow.measured_on >= date_from)
+        if date_to:
+            q = q.where(VerdictRow.measured_on <= date_to)
+        if vantage:
+            q = q.where(VantagePoint.name == vantage)
+        if transport:
+            q = q.where(VerdictRow.transport == transport)
+        with self._reader.connect() as c:
+            res = c.execution_options(yield_per=batch).execute(q)
+            for r in res:
+                yield (*r[:11], aware(r[11]))
+
+    def recent_domains(self, limit: int = 20) -> list[tuple[str, str, str, dt.date]]:
+        """The domains with the newest verdicts: (domain, label, vantage, measured_on)."""
+        q = (
+            select(Site.domain, VerdictRow.label, VantagePoint.name, VerdictRow.measured_on)
+            .join(Site, Site.id == VerdictRow.site_id)
+            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+            .order_by(VerdictRow.id.desc())
+            .limit(limit * 4)
+        )
+        seen: dict[str, tuple[str, str, str, dt.date]] = {}
+        with self._reader.connect() as c:
+            for d, label, v, day in c.execute(q):
+                seen.setdefault(d, (d, label, v, day))
+        return list(seen.values())[:limit]
+
+    def measurement_states(self) -> dict[str, int]:
+        """How many measurements are in each state (the /metrics gauge)."""
+        q = select(Measurement.state, func.count()).group_by(Measurement.state)
+        with self._reader.connect() as c:
+            return {str(k): int(n) for k, n in c.execute(q)}
+
+    def verdict_labels(self) -> dict[str, int]:
+        """Verdicts per label, from the aggregated census (cheap at any size)."""
+        q = select(CensusCount.label, func.sum(CensusCount.n)).group_by(CensusCount.label)
+        with self._reader.connect() as c:
+            return {str(k): int(n) for k, n in c.execute(q)}
+
+    def ping(self) -> None:
+        """One round trip to the database; raises if it cannot be reached."""
+        with self._reader.connect() as c:
+            c.execute(select(1))
 
     # ---- politeness -------------------------------------------------------------------------
 
