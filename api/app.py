@@ -306,6 +306,10 @@ def create_app(
             },
         )
 
+    # ---- operations, open data and the dashboard (their own modules) -------------------------
+
+    _include_routers(app, st)
+
     # ---- writes -------------------------------------------------------------------------------
 
     auth = [Depends(require_token)]
@@ -383,6 +387,16 @@ def create_app(
         return _measurement(st, m)
 
     return app
+
+
+def _include_routers(app: FastAPI, st: Store) -> None:
+    from ccscope.api.routers import ops
+    from ccscope.api.routers.opendata import opendata_router
+    from ccscope.dashboard.router import dashboard_router
+
+    ops.install(app, st, os.environ.get("CCSCOPE_BROKER_URL"))
+    app.include_router(opendata_router(st))
+    app.include_router(dashboard_router(st))
 
 
 def _json(model: BaseModel) -> Response:
