@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
 import re
@@ -25,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ccscope.errors import CCScopeError
+from ccscope.settings import settings
 from ccscope.store.blobs import BlobStore, open_blobs
 from ccscope.store.models import (
     Campaign,
@@ -81,7 +83,7 @@ class OptedOut(Conflict):
 
 
 def default_data_dir() -> Path:
-    base = os.environ.get("CCSCOPE_DATA_DIR") or os.path.join(
+    base = settings().data_dir or os.path.join(
         os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "ccscope"
     )
     return Path(base)
@@ -234,9 +236,9 @@ class Store:
         a connection the server dropped then fails one request and the pool is refreshed."""
         data = default_data_dir()
         if url is None:
-            url = os.environ.get("CCSCOPE_DB_URL") or f"sqlite:///{data / 'ccscope.db'}"
+            url = settings().db_url or f"sqlite:///{data / 'ccscope.db'}"
         if trace_dir is None:
-            trace_dir = os.environ.get("CCSCOPE_TRACE_DIR") or str(data / "traces")
+            trace_dir = settings().trace_dir or str(data / "traces")
         if url.startswith("postgresql://"):
             url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
         self.url = url
@@ -626,7 +628,9 @@ class Store:
             )
             if res.rowcount != 1:  # type: ignore[attr-defined]
                 raise IllegalTransition(f"measurement {measurement_id} changed state concurrently")
-            evidence = verdict.to_dict()
+            # The canonical document (NaN as null, floats rounded): PostgreSQL's JSON type
+            # refuses NaN, which feature values in the evidence can be.
+            evidence = json.loads(verdict.to_json())
             evidence.pop("label", None)
             row = VerdictRow(
                 measurement_id=measurement_id,
@@ -1073,7 +1077,7 @@ def _pool_args(url: str) -> dict[str, int]:
     $CCSCOPE_DB_POOL sets the pool (overflow: twice that); in-memory SQLite keeps its own pool."""
     if url.startswith("sqlite") and (url.endswith(":memory:") or url.rstrip("/") == "sqlite:"):
         return {}
-    size = max(1, int(os.environ.get("CCSCOPE_DB_POOL", "20")))
+    size = settings().db_pool
     return {"pool_size": size, "max_overflow": 2 * size}
 
 
