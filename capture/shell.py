@@ -17,13 +17,14 @@ from typing import Any
 
 from ccscope.errors import EXIT_SETUP, ShellError
 from ccscope.profile import Profile
+from ccscope.settings import settings
 
 _REPO_BINARY = Path(__file__).resolve().parent / "link" / "target" / "release" / "ccscope-link"
 
 
 def link_binary() -> Path:
     """The emulator binary: $CCSCOPE_LINK, the repository build, or one on PATH."""
-    env = os.environ.get("CCSCOPE_LINK")
+    env = settings().link
     candidates = [Path(env)] if env else []
     candidates.append(_REPO_BINARY)
     on_path = shutil.which("ccscope-link")

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from ccscope.settings import settings
 
 # Our labels -> the families the published censuses group CCAs into (the history's `class`).
 CLASS_OF: dict[str, str] = {
@@ -87,16 +88,12 @@ def regions_2023() -> dict[str, dict[str, int]]:
     return out
 
 
-def _env_path(var: str, default: Path) -> Path:
-    return Path(os.environ.get(var) or default)
-
-
 def eval_path() -> Path:
-    return _env_path("CCSCOPE_EVAL_JSON", REPO_ROOT / "bench" / "classifier" / "eval" / "eval.json")
+    return settings().eval_json or REPO_ROOT / "bench" / "classifier" / "eval" / "eval.json"
 
 
 def robustness_path() -> Path:
-    return _env_path("CCSCOPE_ROBUSTNESS_JSON", REPO_ROOT / "bench" / "results" / "robustness.json")
+    return settings().robustness_json or REPO_ROOT / "bench" / "results" / "robustness.json"
 
 
 def _load_json(path: Path) -> dict[str, Any] | None:

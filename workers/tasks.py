@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-import os
 import shlex
 import shutil
 import tempfile
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ccscope.errors import CCScopeError
+from ccscope.settings import settings
 from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
 from ccscope.store.models import Campaign, Measurement, utcnow
 
@@ -77,28 +77,28 @@ class WorkerConfig:
 
     @classmethod
     def from_env(cls, vantage: str, **overrides: object) -> WorkerConfig:
-        """Worker processes (Celery) take their knobs from the environment."""
-        env = os.environ
+        """Worker processes (Celery) take their knobs from the environment (ccscope.settings)."""
+        env = settings()
         cfg = cls(vantage=vantage)
-        if env.get("CCSCOPE_WORKER_PROFILES"):
-            cfg = replace(cfg, profiles=tuple(env["CCSCOPE_WORKER_PROFILES"].split(",")))
-        for name, key, conv in (
-            ("timeout", "CCSCOPE_WORKER_TIMEOUT", float),
-            ("lease_seconds", "CCSCOPE_WORKER_LEASE", float),
-            ("stale_after_seconds", "CCSCOPE_WORKER_STALE_AFTER", float),
-            ("heartbeat_seconds", "CCSCOPE_WORKER_HEARTBEAT", float),
-            ("min_gap_seconds", "CCSCOPE_WORKER_MIN_GAP", float),
-            ("max_bytes", "CCSCOPE_WORKER_MAX_BYTES", int),
+        if env.worker_profiles:
+            cfg = replace(cfg, profiles=tuple(env.worker_profiles.split(",")))
+        for name, value in (
+            ("timeout", env.worker_timeout),
+            ("lease_seconds", env.worker_lease),
+            ("stale_after_seconds", env.worker_stale_after),
+            ("heartbeat_seconds", env.worker_heartbeat),
+            ("min_gap_seconds", env.worker_min_gap),
+            ("max_bytes", env.worker_max_bytes),
         ):
-            if env.get(key):
-                cfg = replace(cfg, **{name: conv(env[key])})
-        if env.get("CCSCOPE_WORKER_ACCESS"):
-            cfg = replace(cfg, access=tuple(shlex.split(env["CCSCOPE_WORKER_ACCESS"])))
-        if env.get("CCSCOPE_WORKER_DIR"):
-            cfg = replace(cfg, out_root=Path(env["CCSCOPE_WORKER_DIR"]))
-        if env.get("CCSCOPE_LAB", "") in ("1", "true", "yes"):
+            if value is not None:
+                cfg = replace(cfg, **{name: value})
+        if env.worker_access:
+            cfg = replace(cfg, access=tuple(shlex.split(env.worker_access)))
+        if env.worker_dir:
+            cfg = replace(cfg, out_root=env.worker_dir)
+        if env.lab:
             cfg = replace(cfg, lab=True)
-        if env.get("CCSCOPE_WORKER_KEEP_PCAP", "") in ("1", "true", "yes"):
+        if env.worker_keep_pcap:
             cfg = replace(cfg, keep_pcap=True)
         return replace(cfg, **overrides)  # type: ignore[arg-type]
 
