@@ -306,14 +306,35 @@ def domain_view(store: Store, domain: str) -> dict[str, Any]:
     return {"latest": latest, "history": history, "total": total, "plots": plots}
 
 
+PAGE_CACHE_SIZE = 64  # rendered census-derived pages kept per process
+
+
 def dashboard_router(store: Store) -> APIRouter:
     r = APIRouter(include_in_schema=False)
+    # The census and Unknown pages are built from verdicts only, and every recorded verdict bumps
+    # the census version: a page rendered under the current version is current (a campaign
+    # created since, with no verdict yet, joins the campaign list with its first verdict).
+    cache: dict[tuple[Any, ...], tuple[int, str]] = {}
+
+    def cached(key: tuple[Any, ...], render: Any) -> HTMLResponse:
+        version = store.census_version()
+        hit = cache.get(key)
+        if hit is not None and hit[0] == version:
+            return HTMLResponse(hit[1])
+        page = render()
+        if len(cache) >= PAGE_CACHE_SIZE:
+            cache.clear()
+        cache[key] = (version, page.body.decode())
+        return page
 
     @r.get("/", response_class=HTMLResponse)
     def census_page(
         campaign_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
         transport: Annotated[str | None, Query(pattern="^(tcp|quic)$")] = None,
     ) -> HTMLResponse:
+        return cached(("census", campaign_id, transport), lambda: render_census(campaign_id, transport))
+
+    def render_census(campaign_id: int | None, transport: str | None) -> HTMLResponse:
         view = census_view(store, campaign_id, transport)
         campaigns, _ = store.list_campaigns(200, 0)
         return _page(
@@ -350,7 +371,7 @@ def dashboard_router(store: Store) -> APIRouter:
 
     @r.get("/unknown", response_class=HTMLResponse)
     def unknown_page() -> HTMLResponse:
-        return _page("unknown.html", nav="unknown", view=unknown_view(store))
+        return cached(("unknown",), lambda: _page("unknown.html", nav="unknown", view=unknown_view(store)))
 
     @r.get("/accuracy", response_class=HTMLResponse)
     def accuracy_page() -> HTMLResponse:
