@@ -64,14 +64,23 @@ def _split_dashdash(items: list[str]) -> tuple[list[str], bool, list[str]]:
 
 def _cmd_measure(args: argparse.Namespace) -> int:
     from ccscope.capture.measure import measure
+    from ccscope.progress import Steps, ticking
+
+    profiles = args.profile or ["A", "B"]
+    steps = Steps(len(profiles), lines=False)  # on a terminal only: stdout carries the result
+
+    def around(name: str, i: int, n: int) -> Any:
+        steps.step(f"downloading through profile {name} ...")
+        return ticking(f"profile {name}")
 
     m = measure(
         args.url,
-        profiles=args.profile or ["A", "B"],
+        profiles=profiles,
         out_dir=Path(args.out) if args.out else None,
         lab=args.lab,
         timeout=args.timeout,
         max_bytes=args.max_bytes,
+        on_profile=around,
     )
     if args.json:
         print(json.dumps(m.to_dict(), indent=2, default=str))

@@ -6,6 +6,7 @@ line per step when asked, for commands whose steps are worth a line in a log (`c
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -22,7 +23,19 @@ def bar(total: int | None, desc: str, unit: str = "it") -> Any:
     """A tqdm bar on stderr, disabled (a no-op object) when stderr is not a terminal."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not interactive(), leave=False)
+    # A terminal that reports no size (some ptys, `script`) would get zero-width bars, or none
+    # at all (tqdm hides bars below the screen's height).
+    size = shutil.get_terminal_size((80, 24))
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        file=sys.stderr,
+        disable=not interactive(),
+        leave=False,
+        ncols=size.columns or 80,
+        nrows=size.lines or 24,
+    )
 
 
 @contextmanager
