@@ -23,8 +23,9 @@ PALETTE = (
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#8A6D00", "#56507A", "#A6401F", "#117733",
     "#882255", "#44548A", "#6F6F00", "#AA4499", "#1F6F8B", "#7A5230",
 )  # fmt: skip
-OTHER_COLOUR = "#6E6E6E"
-UNKNOWN_COLOUR = "#8C8C8C"
+OTHER_COLOUR = "#B8860B"
+UNKNOWN_COLOUR = "#8C8C8C"  # greys for the verdicts that name no CCA, told apart by lightness
+INSUFFICIENT_COLOUR = "#3D3D3D"
 FONT = 'font-family="system-ui, sans-serif"'
 
 
@@ -35,8 +36,10 @@ def esc(s: object) -> str:
 def colour_for(name: str, order: Sequence[str]) -> str:
     if name in ("other", "others"):
         return OTHER_COLOUR
-    if name.startswith("unknown") or name.startswith("insufficient"):
+    if name.startswith("unknown"):
         return UNKNOWN_COLOUR
+    if name.startswith("insufficient"):
+        return INSUFFICIENT_COLOUR
     i = list(order).index(name) if name in order else abs(hash(name))
     return PALETTE[i % len(PALETTE)]
 
