@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ccscope.store.core import Store
 
@@ -24,10 +25,37 @@ LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 BROKER_TIMEOUT = 1.0  # seconds: a health check must answer even when the broker does not
 
 
-def _route_of(request: Request) -> str:
-    """The route's template (/v1/domains/{domain}), not the raw path: bounded label values."""
-    route = request.scope.get("route")
-    return getattr(route, "path", None) or "unmatched"
+def _route_of(scope: Scope) -> str:
+    """The route's template (/v1/domains/{domain}), not the raw path: bounded label values.
+    The router writes the matched route into the scope it was handed."""
+    return getattr(scope.get("route"), "path", None) or "unmatched"
+
+
+class RequestMetrics:
+    """Count requests and time them (plain ASGI: no per-request task or body buffering)."""
+
+    def __init__(self, app: ASGIApp, *, requests: Counter, latency: Histogram) -> None:
+        self.app, self.requests, self.latency = app, requests, latency
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = 500
+
+        async def record_status(msg: Message) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = int(msg["status"])
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            route = _route_of(scope)
+            self.requests.labels(scope.get("method", "?"), route, str(status)).inc()
+            self.latency.labels(route).observe(time.perf_counter() - t0)
 
 
 class StoreCollector:
@@ -97,18 +125,7 @@ def install(app: FastAPI, store: Store, broker_url: str | None) -> None:
     )
     registry.register(StoreCollector(store, broker_url))
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next: Any) -> Response:
-        t0 = time.perf_counter()
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            route = _route_of(request)
-            requests.labels(request.method, route, str(status)).inc()
-            latency.labels(route).observe(time.perf_counter() - t0)
+    app.add_middleware(RequestMetrics, requests=requests, latency=latency)
 
     r = APIRouter(tags=["operations"])
 
