@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 from pathlib import Path
 
@@ -19,10 +21,9 @@ SKIP = (".venv", "target", "tests", ".git")
 
 def _sources() -> list[Path]:
     out = []
-    for pattern in SOURCES:
-        for p in ROOT.rglob(pattern):
-            if not any(part in SKIP for part in p.relative_to(ROOT).parts):
-                out.append(p)
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP]  # never walk the venv or build trees
+        out += [Path(top, f) for f in files if any(fnmatch.fnmatch(f, pat) for pat in SOURCES)]
     return out
 
 
