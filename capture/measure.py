@@ -125,17 +125,23 @@ def measure_profile(
     max_bytes: int = 16 * 1024 * 1024,
     access: Sequence[str] = (),
     seed: int | None = None,
+    layers: Sequence[Sequence[str]] = (),
+    stem: str | None = None,
+    keep_pcap: bool = True,
+    setup_slack: float = 15.0,
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
     `access`: link options of an emulated access path around the profile's shell (a lab
-    vantage point); the capture stays at the profile's bottleneck. `seed` seeds the shell's
+    vantage point); `layers`: several such shells, outermost first (around `access`); the
+    capture stays at the profile's bottleneck. `stem` names the files (default: the profile's
+    name); without `keep_pcap` the capture is deleted once the traces are written. `seed` seeds the shell's
     random jitter and loss (`ccscope-link --seed`); None keeps the emulator's default."""
     hosts = cafile = None
     if lab:
         from ccscope.lab.lab import lab_ca_file, lab_hosts_file
 
         hosts, cafile = lab_hosts_file(), lab_ca_file()
-    stem = f"{profile.name}"
+    stem = stem or profile.name
     pcap = out_dir / f"{stem}.pcap"
     stats = out_dir / f"{stem}.stats.json"
     run = ProfileRun(profile=profile.name, ok=False, pcap_file=str(pcap))
@@ -150,7 +156,8 @@ def measure_profile(
         hosts=hosts,
         extra=("--seed", str(seed)) if seed is not None else (),
         outer=access,
-        timeout=timeout + 15,
+        layers=layers,
+        timeout=timeout + setup_slack,
     )
     try:
         run.fetch = json.loads(sh.stdout.strip().splitlines()[-1]) if sh.stdout.strip() else {}
@@ -188,6 +195,9 @@ def measure_profile(
     run.internet_rtt_ms = flow.internet_rtt_ms
     if lab:
         run.groundtruth = _compare_with_groundtruth(flow, sender, profile, f"{run_id}-{profile.name}")
+    if not keep_pcap:
+        pcap.unlink(missing_ok=True)
+        run.pcap_file = None
     return run
 
 

@@ -4,9 +4,9 @@
 environment, as the CLI does before starting workers, or a test, sees the change); a value that
 does not parse is a clear error naming the variable. Command-line options override these where
 both exist. Variables read only by the native tools (ccscope-link, ccscope-cca) or exported by
-ccscope-link into its shells are listed in `NATIVE` for the README table; the test
-tests/core/test_settings.py checks that every `CCSCOPE_*` name in the sources is in one of the two
-and in the README.
+ccscope-link into its shells are listed in `NATIVE`, the test suite's own in `TESTS`, for the
+README table; tests/core/test_settings.py checks that every `CCSCOPE_*` name in the sources is in
+one of the three and in the README.
 """
 
 from __future__ import annotations
@@ -96,6 +96,13 @@ NATIVE: dict[str, str] = {
     "CCSCOPE_SHELL_INNER_ADDR": "set by ccscope-link: the shell's own address",
     "CCSCOPE_SHELL_OUTER_ADDR": "set by ccscope-link: the address outside the shell",
     "CCSCOPE_SHELL_INDEX": "set by ccscope-link: the shell's index",
+    "CCSCOPE_CCA_MAP": "set by the lab for nginx's listen() shim: address=CCA pairs",
+    "CCSCOPE_MAXSEG": "set by the lab for nginx's listen() shim: TCP_MAXSEG of the listeners",
+}
+# Knobs of the test suite only.
+TESTS: dict[str, str] = {
+    "CCSCOPE_VALIDATE_INSTANCE": "tests/zoo: lab instance of the zoo validation test (default 3)",
+    "CCSCOPE_VALIDATE_DIR": "tests/zoo: its lab state directory (default /run/ccscope/lab-validate-test)",
 }
 
 

@@ -47,6 +47,13 @@ HISTORY_SOURCE = (
 )
 REGIONS_SOURCE = "Nebby 2023, Alexa top 20k over TCP per AWS region (the thesis's table 6.5)."
 REPO_ROOT = Path(__file__).resolve().parent.parent
+EVAL_SET_NAMES = {
+    "unseen": "unseen network conditions",
+    "heldout_runs": "held-out runs",
+    "heldout_conditions": "held-out network conditions",
+    "other_profiles": "other profiles",
+    "variants": "untrained variants",
+}
 
 
 def class_of(label: str) -> str:
@@ -133,10 +140,12 @@ def evaluation() -> tuple[str | None, list[Confusion], dict[str, Any]]:
     if not doc:
         return None, [], {}
     out = []
-    for key, name in (
-        ("heldout_runs", "held-out runs"),
-        ("heldout_conditions", "held-out network conditions"),
-    ):
+    # Known evaluation sets first, in this order; then any other part that has a confusion matrix
+    # (the evaluation's sets change with the classifier).
+    known = [k for k in EVAL_SET_NAMES if k in doc]
+    extra = sorted(k for k, v in doc.items() if isinstance(v, dict) and "confusion" in v and k not in known)
+    for key in known + extra:
+        name = EVAL_SET_NAMES.get(key, key.replace("_", " "))
         part = doc.get(key)
         conf = (part or {}).get("confusion") if isinstance(part, dict) else None
         try:
