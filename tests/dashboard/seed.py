@@ -1,20 +1,30 @@
-"""A store filled the way the service fills it: real lab traces (tests/fixtures), classified by
-the shipped model, recorded through the store's own calls, on three census days."""
+"""A store filled the way the service fills it: real lab traces (tests/fixtures/traces) with the
+verdicts the classifier gave them (tests/fixtures/verdicts.json.gz, its own output, NaN and
+all), recorded through the store's own calls, on three census days.
+
+The verdicts are stored rather than recomputed so that the dashboard's tests do not move with
+the classifier: `python -m tests.dashboard.seed` rewrites the file with the shipped model's
+verdicts (after a model change, if the pages should show them).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from functools import cache
+import gzip
+import json
+import sys
+from functools import cache, lru_cache
 from pathlib import Path
 
 from sqlalchemy import text
 
-from ccscope.classifier.core import classify
 from ccscope.store import Store
 from ccscope.trace import Trace
 from ccscope.verdict import Verdict
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+VERDICTS = FIXTURES / "verdicts.json.gz"  # each verdict names its classifier_version
+CCAS = ("cubic", "bbr", "reno", "bic", "vegas-a6", "veno", "bbr2", "lp")
 # domain -> the fixture CCA its server runs
 SITES = {
     "shop.example": "cubic",
@@ -28,14 +38,20 @@ VANTAGES = ("paris", "tokyo")
 DAYS = (dt.date(2026, 10, 5), dt.date(2026, 10, 12), dt.date(2026, 10, 19))
 
 
+def _trace_files(cca: str) -> list[Path]:
+    return [FIXTURES / "traces" / f"{cca}-d5-{p}.trace.json.gz" for p in "AB"]
+
+
+@lru_cache(maxsize=1)
+def _verdicts() -> dict[str, dict]:
+    return json.loads(gzip.decompress(VERDICTS.read_bytes()))
+
+
 @cache
 def traces_of(cca: str) -> tuple[tuple[bytes, ...], Verdict]:
-    files = [FIXTURES / f"{cca}-d5-{p}.trace.json.gz" for p in "AB"]
-    traces = [Trace.load(f) for f in files]
-    import json
-
-    blobs = tuple(json.dumps(t.to_dict()).encode() for t in traces)
-    return blobs, classify(traces)
+    """The trace documents of the fixture pair (profile A, B) and the classifier's verdict."""
+    blobs = tuple(json.dumps(Trace.load(f).to_dict()).encode() for f in _trace_files(cca))
+    return blobs, Verdict.from_dict(_verdicts()[cca])
 
 
 def seed(store: Store) -> dict[str, Verdict]:
@@ -66,3 +82,19 @@ def seed(store: Store) -> dict[str, Verdict]:
                 verdicts[domain] = verdict
     store.rebuild_census()
     return verdicts
+
+
+def regenerate() -> None:
+    """Classify every fixture pair with the shipped model and rewrite VERDICTS."""
+    from ccscope.classifier.core import classify
+
+    out = {}
+    for cca in CCAS:
+        v = classify([Trace.load(f) for f in _trace_files(cca)])
+        out[cca] = v.to_dict()
+        print(f"{cca}: {v.display}", file=sys.stderr)
+    VERDICTS.write_bytes(gzip.compress(json.dumps(out, sort_keys=True).encode(), mtime=0))
+
+
+if __name__ == "__main__":
+    regenerate()
