@@ -130,9 +130,14 @@ def run_check(
     model_path: str | None = None,
 ) -> CheckResult:
     from ccscope.capture.measure import measure
+    from ccscope.classifier.model import Model, ModelError
     from ccscope.targets import lab_mode_enabled
 
     lab = lab_mode_enabled(lab)
+    try:  # before minutes of downloads, not after
+        model = Model.load(Path(model_path) if model_path else None)
+    except ModelError as e:
+        raise CCScopeError(str(e)) from None
     steps = Steps(len(profiles) + 3)
     t0 = time.monotonic()
     steps.step(f"finding the largest object on {target} ...")
@@ -151,11 +156,10 @@ def run_check(
     res = CheckResult(target, url, size, m.out_dir, m.to_dict(), None, None, crawl=crawl)
     if files:
         from ccscope.classifier.core import classify
-        from ccscope.classifier.model import Model
         from ccscope.trace import Trace
 
         traces = [Trace.load(f) for f in files]
-        res.verdict = classify(traces, Model.load(Path(model_path) if model_path else None))
+        res.verdict = classify(traces, model)
         if plot:
             from ccscope.plot import plot_traces
 

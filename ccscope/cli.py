@@ -198,8 +198,12 @@ def _trace_plot(args: argparse.Namespace) -> int:
             raise CCScopeError(f"{args.verdict}: not a verdict: {e}") from None
     elif args.classify:
         from ccscope.classifier.core import classify
+        from ccscope.classifier.model import ModelError
 
-        verdict = classify(traces)
+        try:
+            verdict = classify(traces)
+        except ModelError as e:
+            raise CCScopeError(str(e)) from None
     out = plot_traces(traces, args.out, verdict)
     print(json.dumps({"plot": str(out)}) if args.json else str(out))
     return 0
