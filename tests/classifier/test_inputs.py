@@ -42,7 +42,7 @@ def test_each_and_single_give_one_json_shape() -> None:
     assert set(one) == set(each) == {"verdicts"}
     assert [v["files"] for v in each["verdicts"]] == [[a], [b]]
     assert one["verdicts"][0] == each["verdicts"][0]
-    assert each["verdicts"][1]["verdict"]["label"] == "bbr"
+    assert each["verdicts"][1]["verdict"]["format"] == "ccscope-verdict/1"
 
 
 def test_one_alignment_rule_whatever_the_file_type(tmp_path: Path) -> None:
