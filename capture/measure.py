@@ -12,7 +12,8 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,7 +230,10 @@ def measure(
     max_bytes: int = 16 * 1024 * 1024,
     access: Sequence[str] = (),
     seed: int | None = None,
+    on_profile: Callable[[str, int, int], AbstractContextManager[object]] | None = None,
 ) -> Measurement:
+    """Download `url` through each profile in turn. `on_profile(name, i, n)`, when given, is a
+    context manager entered around profile i of n (progress display)."""
     lab = lab_mode_enabled(lab)
     if not lab:
         # Vet the target up front for a clear refusal; fetch vets it again inside the shell.
@@ -239,21 +243,23 @@ def measure(
     out = Path(out_dir) if out_dir else Path("runs") / time.strftime("%Y%m%dT%H%M%S") / run_id
     out.mkdir(parents=True, exist_ok=True)
     m = Measurement(url=url, run_id=run_id, out_dir=str(out), lab=lab, started_at=time.time())
-    for name in profiles:
+    for i, name in enumerate(profiles):
+        around = on_profile(name, i, len(profiles)) if on_profile else nullcontext()
         try:
-            m.runs.append(
-                measure_profile(
-                    url,
-                    get_profile(name),
-                    out,
-                    run_id=run_id,
-                    lab=lab,
-                    timeout=timeout,
-                    max_bytes=max_bytes,
-                    access=access,
-                    seed=seed,
+            with around:
+                m.runs.append(
+                    measure_profile(
+                        url,
+                        get_profile(name),
+                        out,
+                        run_id=run_id,
+                        lab=lab,
+                        timeout=timeout,
+                        max_bytes=max_bytes,
+                        access=access,
+                        seed=seed,
+                    )
                 )
-            )
         except CCScopeError as e:
             m.runs.append(ProfileRun(profile=name, ok=False, error=str(e)))
     (out / "measurement.json").write_text(json.dumps(m.to_dict(), indent=2, default=str))
