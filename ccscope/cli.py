@@ -51,6 +51,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
         lab=args.lab,
         timeout=args.timeout,
         max_bytes=args.max_bytes,
+        transport=args.transport,
     )
     if args.json:
         print(json.dumps(m.to_dict(), indent=2, default=str))
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"ccscope {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    from ccscope.transports import TRANSPORTS
 
     p = sub.add_parser(
         "shell",
@@ -229,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=90.0, help="seconds per download (default 90)")
     p.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
+    p.add_argument(
+        "--transport",
+        default="tcp",
+        choices=TRANSPORTS,
+        help="tcp (default) or quic (HTTP/3; the profiles become their QUIC variants, e.g. A-quic)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.set_defaults(func=_cmd_measure)
 

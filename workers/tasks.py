@@ -30,6 +30,7 @@ from pathlib import Path
 from ccscope.errors import CCScopeError
 from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
 from ccscope.store.models import Campaign, Measurement, utcnow
+from ccscope.transports import get_transport
 
 log = logging.getLogger("ccscope.workers")
 
@@ -197,8 +198,12 @@ def run_measurement(
     domain = m.site.domain
     if store.is_opted_out(domain):
         return _fail(store, measurement_id, f"{domain} has opted out of measurement")
-    if m.transport != "tcp":
-        return _fail(store, measurement_id, f"transport {m.transport} is not measured by this worker")
+    try:
+        why = get_transport(m.transport).unavailable()
+    except CCScopeError as e:
+        why = str(e)
+    if why:
+        return _fail(store, measurement_id, f"transport {m.transport} is not measured by this worker: {why}")
     if not store.acquire_site(domain, _holder(measurement_id), cfg.lease_seconds, cfg.min_gap_seconds):
         raise Transient(f"{domain} is being measured or was measured too recently")
     try:
@@ -256,6 +261,7 @@ def _measure_and_classify(
                 lab=cfg.lab,
                 timeout=cfg.timeout,
                 max_bytes=cfg.max_bytes,
+                transport=m.transport,
                 **({"access": cfg.access} if cfg.access else {}),
             )
         except CCScopeError as e:
