@@ -147,7 +147,15 @@ def measure_profile(
         run.error = run.error or "no capture was written"
         return run
     try:
-        got = tr.flows(pcap, fetch=run.fetch, object_url=url, profile=profile, out_dir=out_dir, stem=stem)
+        got = tr.flows(
+            pcap,
+            fetch=run.fetch,
+            object_url=url,
+            profile=profile,
+            out_dir=out_dir,
+            stem=stem,
+            link_stats=sh.stats,
+        )
     except CaptureError as e:
         run.error = run.error or str(e)
         return run
