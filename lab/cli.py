@@ -46,6 +46,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    f"{','.join(c.name for c in REGISTRY)})")  # fmt: skip
     q.add_argument("--mtu", type=int, default=1500)
     q.add_argument(
+        "--quic",
+        nargs="?",
+        const="all",
+        metavar="LABELS",
+        help="also run the QUIC servers (lab/quic: quiche, aioquic, quic-go with their CCAs, "
+        "<cca>.<stack>.lab.test): all that can run here, or comma-separated labels like quiche:cubic",
+    )
+    q.add_argument(
         "--instance",
         type=int,
         default=0,
@@ -92,6 +100,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         ccas=tuple(c.strip() for c in args.ccas.split(",") if c.strip()),
         mtu=args.mtu,
         instance=args.instance,
+        quic=tuple(q.strip() for q in (args.quic or "").split(",") if q.strip()),
     )
     lab = Lab(args.state_dir)
     st = lab.up(params, timeout=args.timeout)
@@ -102,6 +111,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"lab {verb}: {_path_summary(st['params'])}")
     for s in st["servers"]:
         print(f"  {s['cca']:>8}  {s['addr']:<14} {s['https_url']}")
+    for q in st.get("quic_servers") or []:
+        print(f"  {q['label']:>16}  {q['addr']:<14} {q['https_url']} (HTTP/3)")
     print(f"hosts file: {st['hosts_file']}\nCA:         {st['ca_file']}")
     print(f"ground truth: {st['groundtruth_dir']}")
     return 0
