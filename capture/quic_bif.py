@@ -38,12 +38,13 @@ from typing import Any
 import numpy as np
 
 from ccscope.capture.pcap import PcapReader
+from ccscope.capture.quic_clientlog import ClientLog, align_received, match_short, read_client_log
 from ccscope.errors import CaptureError
 from ccscope.profile import Profile, first_rate_bps
 from ccscope.trace import FlowKey, Trace
 
 ALIGNMENTS = ("capture", "sender")
-ESTIMATORS = ("link", "published")
+ESTIMATORS = ("client", "link", "published")
 QUIC_PORTS = (443, 8443, 4433)
 # A server datagram this small holds no data: an ACK-only packet (1-byte header flags, up to a
 # 20-byte DCID, packet number, an ACK frame, 16-byte AEAD tag) - not counted in flight.
@@ -443,6 +444,107 @@ def estimate_link(d: Datagrams, link: LinkModel, shift_ns: int = 0, rtt0_ns: int
     return Estimate(t, bif, np.sort(loss_t[ok] + shift_ns), info)
 
 
+def estimate_client(
+    d: Datagrams, link: LinkModel, log: ClientLog, shift_ns: int = 0, rtt0_ns: int = 0
+) -> Estimate | None:
+    """The link estimator with our own client's record in place of the cadence model: each
+    client datagram's ACK ranges (from the client's qlog, matched to the captured datagrams by
+    order and size) say exactly which server packets it acknowledged, and the received packets
+    say which of them the server counts in flight. Handshake-phase datagrams (long headers,
+    padded, coalesced) keep the link estimator's rule. None when the log does not line up."""
+    srv = np.flatnonzero(d.to_client)
+    cli = np.flatnonzero(~d.to_client)
+    if not len(cli):
+        return None
+    st, ssize = d.t_ns[srv], d.size[srv]
+    rep = replay_downlink(st, d.ip_len[srv], link)
+    short = d.kind[srv] == K_SHORT
+    m_recv = align_received(short.tolist(), ssize.tolist(), rep.dropped.tolist(), log.received)
+    m_sent = match_short((d.kind[cli] == K_SHORT).tolist(), d.size[cli].tolist(), log.sent)
+    if m_recv is None or m_sent is None:
+        return None
+    # what got through: for short-header datagrams the client's log says, for the handshake's
+    # long-header ones the replayed queue; the last logged packet ends what can be known
+    seen = np.array([p is not None for p in m_recv])
+    last = int(np.flatnonzero(seen)[-1]) if seen.any() else -1
+    dropped_all = np.where(short, ~seen, rep.dropped)
+    dropped_all[last + 1 :] = rep.dropped[last + 1 :]
+    rep = Replay(dropped_all, rep.arrive_ns)
+    deliv = np.flatnonzero(~rep.dropped)
+    m_recv = [m_recv[j] for j in deliv.tolist()]
+    ct = d.t_ns[cli]
+    # what each server datagram adds in flight: its size, unless the client saw it was ACK-only
+    add = np.where(ssize > ACK_ONLY_MAX, ssize, 0).astype(np.int64)
+    pn_at: dict[int, int] = {}  # 1-RTT pn -> server datagram index
+    long_idx = []  # delivered long-header datagrams: acknowledged by the reach rule
+    last_pn = np.full(len(srv), -1, dtype=np.int64)
+    for j, p in zip(deliv.tolist(), m_recv, strict=True):
+        if p is None:
+            long_idx.append(j)
+            continue
+        add[j] = p.length if p.in_flight else 0
+        pn_at[p.pn] = j
+        last_pn[j] = p.pn
+    last_pn = np.maximum.accumulate(last_pn)
+    acked_bytes = np.zeros(len(cli), dtype=np.int64)
+    largest = np.full(len(cli), -1, dtype=np.int64)
+    newest = np.full(len(cli), -1, dtype=np.int64)  # newest server datagram acknowledged
+    done: set[int] = set()
+    top = -1
+    for k, p in enumerate(m_sent):
+        for a, b in p.acked if p is not None else ():
+            top = max(top, b)
+            for pn in range(max(a, 0), b + 1):
+                if pn in done:
+                    continue
+                done.add(pn)
+                j = pn_at.get(pn)
+                if j is not None:
+                    acked_bytes[k] += add[j]
+                    newest[k] = max(newest[k], j)
+        largest[k] = top
+    newest = np.maximum.accumulate(newest)
+    # handshake-phase datagrams: acknowledged by the first client datagram after they arrived
+    up_ser = d.ip_len[cli].astype(np.float64) * 8.0 / link.up_rate_bps * 1e9 if link.up_rate_bps else 0.0
+    c_left = ct - round(link.up_delay_s * 1e9) - np.asarray(up_ser, dtype=np.int64)
+    li = np.asarray(long_idx, dtype=np.int64)
+    lk = np.searchsorted(c_left, rep.arrive_ns[li], side="left")
+    ok = lk < len(cli)
+    np.add.at(acked_bytes, lk[ok], add[li[ok]])
+    # dropped datagrams: their packet number lies just past the last one delivered before them
+    dropped = np.flatnonzero(rep.dropped & (ssize > ACK_ONLY_MAX))
+    run = np.zeros(len(srv), dtype=np.int64)
+    for i in np.flatnonzero(rep.dropped).tolist():
+        run[i] = (run[i - 1] if i and rep.dropped[i - 1] else 0) + 1
+    rtt = np.full(len(cli), max(rtt0_ns, 1), dtype=np.int64)
+    have = newest >= 0
+    rtt[have] = np.maximum(ct[have] - st[newest[have]] + 2 * shift_ns, 1)
+    loss_t = np.full(len(dropped), -1, dtype=np.int64)
+    for j, i in enumerate(dropped.tolist()):
+        pn = int(last_pn[i]) + int(run[i])
+        a3 = int(np.searchsorted(largest, pn + PACKET_THRESHOLD - 1, side="right"))
+        a1 = int(np.searchsorted(largest, pn, side="right"))
+        cand = []
+        if a3 < len(ct):
+            cand.append(int(ct[a3]))
+        if a1 < len(ct):
+            cand.append(max(int(ct[a1]), int(st[i] + TIME_THRESHOLD * rtt[a1] - 2 * shift_ns)))
+        if cand:
+            loss_t[j] = min(cand)
+    lost_ok = loss_t >= 0
+    sub_t = np.concatenate([ct, loss_t[lost_ok]]) + shift_ns
+    sub_v = np.concatenate([acked_bytes, add[dropped[lost_ok]]]).astype(np.float64)
+    keep = add > 0
+    t, bif = _series(st[keep] - shift_ns, add[keep].astype(np.float64), sub_t, sub_v)
+    info = {
+        "modelled_drops": int(rep.dropped.sum()),
+        "declared_lost": int(lost_ok.sum()),
+        "client_log_packets": len(log.sent) + len(log.received),
+        "buffer_bytes": link.buffer_bytes if math.isfinite(link.buffer_bytes) else None,
+    }
+    return Estimate(t, bif, np.sort(loss_t[lost_ok] + shift_ns), info)
+
+
 def _ack_cadence(reach: np.ndarray, delivered: int, ack_only: np.ndarray) -> tuple[np.ndarray, float]:
     """How far each client datagram's acknowledgement reaches, in delivered datagrams.
 
@@ -552,18 +654,24 @@ def traces_from_quic(
     cap: QuicCapture,
     *,
     align: str = "capture",
-    estimator: str = "link",
+    estimator: str = "client",
     object_url: str | None = None,
     profile: Profile | dict[str, Any] | None = None,
     link_stats: dict[str, Any] | None = None,
+    client_log: str | os.PathLike[str] | None = None,
+    client_port: int | None = None,
     min_server_bytes: int = 1,
 ) -> QuicResult:
+    """One trace per QUIC flow. `estimator`: "client" (the link estimator reading our client's
+    own record, `client_log`, for the flow on `client_port`, else the largest), falling back to
+    "link" (the capture and the profile alone), falling back to "published" (no usable profile)."""
     if align not in ALIGNMENTS:
         raise CaptureError(f"unknown alignment {align!r} (choose from {', '.join(ALIGNMENTS)})")
     if estimator not in ESTIMATORS:
         raise CaptureError(f"unknown QUIC estimator {estimator!r} (choose from {', '.join(ESTIMATORS)})")
     prof = profile.to_dict() if isinstance(profile, Profile) else profile
-    link = LinkModel.from_profile(profile, link_stats) if estimator == "link" else None
+    link = LinkModel.from_profile(profile, link_stats) if estimator != "published" else None
+    log = read_client_log(client_log) if client_log is not None and estimator == "client" else None
     out: list[Trace] = []
     infos: list[dict[str, Any]] = []
     for f in cap.flows:
@@ -576,8 +684,12 @@ def traces_from_quic(
         used = "published"
         est = pub
         if link is not None:
-            est = estimate_link(d, link, shift, rtt or 0)
-            used = "link"
+            mine = f.key.client_port == client_port if client_port else f is cap.flows[0]
+            by_log = estimate_client(d, link, log, shift, rtt or 0) if log is not None and mine else None
+            if by_log is not None:
+                est, used = by_log, "client"
+            else:
+                est, used = estimate_link(d, link, shift, rtt or 0), "link"
         t0 = int(d.t_ns[0]) - shift
         t = (est.t_ns - t0) / 1e9
         pub_at = _resample(pub.t_ns, pub.bif, est.t_ns)

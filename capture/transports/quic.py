@@ -43,12 +43,21 @@ def flows(
     object_url: str,
     profile: Profile,
     link_stats: dict[str, Any] | None = None,
+    out_dir: Path | None = None,
+    stem: str | None = None,
     **_: Any,
 ) -> Flows:
     from ccscope.capture.quic_bif import quic_flows_from_pcap
 
+    log = out_dir / f"{stem}.client.sqlog" if out_dir is not None and stem else None
     both = quic_flows_from_pcap(
-        pcap, ("capture", "sender"), object_url=object_url, profile=profile, link_stats=link_stats
+        pcap,
+        ("capture", "sender"),
+        object_url=object_url,
+        profile=profile,
+        link_stats=link_stats,
+        client_log=log if log is not None and log.is_file() else None,
+        client_port=int(fetch.get("local_port") or 0) or None,
     )
     cap = both["capture"]
     flow = pick_flow(cap.traces, int(fetch.get("local_port") or 0))
