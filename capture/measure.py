@@ -52,6 +52,12 @@ def bif_errors(groundtruth: dict[str, Any] | None) -> tuple[float | None, float 
     capture-aligned and sender-aligned beyond the truth's resolution, and sender-aligned strict."""
     g = groundtruth or {}
     cap, snd = g.get("capture") or {}, g.get("sender") or {}
+    if "sender_time" in g:  # QUIC: the qlog truth is exact; its error is read over time
+        return (
+            (g.get("capture_time") or {}).get("mae_pct_bdp"),
+            g["sender_time"].get("mae_pct_bdp"),
+            snd.get("mae_pct_bdp"),
+        )
     return cap.get("mae_pct_bdp_resolved"), snd.get("mae_pct_bdp_resolved"), snd.get("mae_pct_bdp")
 
 

@@ -68,7 +68,7 @@ def format_measurement(d: dict[str, Any]) -> str:
     hdr += f"{'RTTint':>8}{'RTTbase':>9}"
     gt = any(r.get("groundtruth") for r in d["runs"])
     if gt:
-        hdr += f"{'cca':>7}{'err cap':>9}{'err snd':>9}{'strict':>8}"
+        hdr += f"{'cca':>14}{'err cap':>9}{'err snd':>9}{'strict':>8}"
     lines.append(hdr)
     for r in d["runs"]:
         row = (
@@ -79,11 +79,17 @@ def format_measurement(d: dict[str, Any]) -> str:
         g = r.get("groundtruth")
         if gt and g:
             cap, snd, strict = bif_errors(g)
-            row += f"{g.get('cca') or '?':>7}{format_pct(cap):>9}{format_pct(snd):>9}{format_pct(strict):>8}"
+            row += f"{g.get('cca') or '?':>14}{format_pct(cap):>9}{format_pct(snd):>9}{format_pct(strict):>8}"
         lines.append(row)
         if r.get("error"):
             lines.append(f"         error: {r['error']}")
-    if gt:
+    if gt and d.get("transport", "tcp") == "quic":
+        lines.append(
+            "err = mean |BiF estimated from the encrypted capture - BiF in the server's qlog| over "
+            "time (1 ms grid), % of path BDP;\n      cap = as seen at the bottleneck, snd = shifted "
+            "to the sender; strict = snd at every estimate event"
+        )
+    elif gt:
         lines.append(
             "err = mean |BiF measured - BiF from the server's TCP_INFO| beyond the truth's 1 ms "
             "resolution, % of path BDP;\n      cap = as seen at the bottleneck, snd = shifted to "

@@ -60,6 +60,23 @@ else
   echo "$quic_want" > "$QUIC_TARGET/.ccscope-stamp"
 fi
 
+# The lab's third QUIC stack: quic-go, from the Go module proxy (go.sum pins it). Optional: the
+# lab runs the stacks it has, so a machine without Go still gets quiche and aioquic.
+QUICGO=lab/quic/quicgo-server
+export PATH="$PATH:/usr/local/go/bin"
+if command -v go >/dev/null 2>&1; then
+  go_want=$(cat "$QUICGO/go.mod" "$QUICGO/go.sum" "$QUICGO"/*.go | sha256sum | cut -d' ' -f1)
+  if [ -x "$QUICGO/ccscope-quicgo-server" ] && [ "$(cat "$QUICGO/.ccscope-stamp" 2>/dev/null)" = "$go_want" ]; then
+    log "lab/quic/quicgo-server is up to date"
+  else
+    log "building lab/quic/quicgo-server (quic-go)"
+    (cd "$QUICGO" && go build -o ccscope-quicgo-server .)
+    echo "$go_want" > "$QUICGO/.ccscope-stamp"
+  fi
+else
+  log "no Go toolchain: the lab's quic-go server is skipped"
+fi
+
 # --- Python ------------------------------------------------------------------------------
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -109,7 +109,8 @@ class QuicServer:
 _ORDER: tuple[tuple[str, str, str], ...] = (
     ("quiche", "reno", "reno"), ("quiche", "cubic", "cubic"), ("quiche", "bbr2_gcongestion", "bbr2"),
     ("aioquic", "reno", "reno"), ("aioquic", "cubic", "cubic"),
-    ("quicgo", "cubic", "cubic"), ("quicgo", "reno", "reno"),
+    # quic-go hard-wires its congestion control to Reno (its cubic sender in Reno mode)
+    ("quicgo", "reno", "reno"),
 )  # fmt: skip
 QUIC_SERVERS: tuple[QuicServer, ...] = tuple(
     QuicServer(stack, cca, short, FIRST_HOST + i) for i, (stack, cca, short) in enumerate(_ORDER)
