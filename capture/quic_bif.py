@@ -117,8 +117,9 @@ def classify_header(head: bytes) -> tuple[int, int, int]:
         if not b0 & 0x40:
             return K_NOT_QUIC, -1, ver
         return kinds[ptype], -1, ver
-    # Short header: the fixed bit may be greased (RFC 9287), so only its length is checked.
-    if len(head) < 2:
+    # Short header: the fixed bit must be set (a peer may grease it only where the client asked
+    # for it, RFC 9287, which ours never does): anything else on the port is not QUIC
+    if len(head) < 2 or not b0 & 0x40:
         return K_NOT_QUIC, -1, 0
     return K_SHORT, (b0 >> 5) & 1, 0
 
@@ -635,7 +636,7 @@ def _spin_rtt(d: Datagrams) -> int | None:
     if len(edges) < 4:
         return None  # the server does not spin (RFC 9000 lets it opt out)
     edges.sort()
-    samples = [b[0] - a[0] for a, b in itertools.pairwise(edges) if not a[1] and b[1]]
+    samples = [b[0] - a[0] for a, b in itertools.pairwise(edges) if not a[1] and b[1] and b[0] > a[0]]
     return int(min(samples)) if samples else None
 
 
