@@ -74,6 +74,7 @@ class Datagrams:
     ip_len: np.ndarray  # int64 IP packet bytes (what the link serialises)
     kind: np.ndarray  # int8 K_* of the first packet
     spin: np.ndarray  # int8: short header spin bit, -1 for long headers
+    scid_len: np.ndarray  # int8: long header's source connection ID length, -1 otherwise
     versions: dict[int, int] = field(default_factory=dict)  # long-header version -> datagrams
 
     def __len__(self) -> int:
@@ -192,7 +193,7 @@ def read_quic(
         packets: Iterable[tuple[int, bytes, int]] = reader
     else:
         packets = source
-    per: dict[tuple[bytes, int, bytes, int], list[tuple[int, bool, int, int, int, int, int]]] = {}
+    per: dict[tuple[bytes, int, bytes, int], list[tuple[int, bool, int, int, int, int, int, int]]] = {}
     first: dict[tuple[bytes, int, bytes, int], tuple[bytes, int, int]] = {}
     versions: dict[tuple[bytes, int, bytes, int], dict[int, int]] = {}
     total = 0
@@ -203,6 +204,9 @@ def read_quic(
             continue
         src, dst, sport, dport, size, ip_len, head = u
         kind, spin, ver = classify_header(head)
+        scil = -1
+        if kind in (K_INITIAL, K_0RTT, K_HANDSHAKE, K_RETRY) and len(head) > 6 + head[5]:
+            scil = head[6 + head[5]]
         if kind == K_NOT_QUIC:
             counts["not_quic"] += 1
             continue
@@ -213,7 +217,7 @@ def read_quic(
         if key not in first:
             first[key] = (src, sport, kind)
         fwd = (src, sport) == (key[0], key[1])
-        per.setdefault(key, []).append((int(ts), fwd, size, ip_len, kind, spin, ver))
+        per.setdefault(key, []).append((int(ts), fwd, size, ip_len, kind, spin, ver, scil))
         if ver:
             vd = versions.setdefault(key, {})
             vd[ver] = vd.get(ver, 0) + 1
@@ -228,14 +232,14 @@ def read_quic(
                 a_is_client = True
             elif key[1] in QUIC_PORTS and key[3] not in QUIC_PORTS:
                 a_is_client = False
-        arr = np.array([(r[0], r[2], r[3], r[4], r[5]) for r in rows], dtype=np.int64)
+        arr = np.array([(r[0], r[2], r[3], r[4], r[5], r[7]) for r in rows], dtype=np.int64)
         fwd = np.array([r[1] for r in rows], dtype=bool)
         to_client = fwd != a_is_client  # fwd = sent by key's side a
         order = np.argsort(arr[:, 0], kind="stable")
         d = Datagrams(
             t_ns=arr[order, 0], to_client=to_client[order], size=arr[order, 1], ip_len=arr[order, 2],
             kind=arr[order, 3].astype(np.int8), spin=arr[order, 4].astype(np.int8),
-            versions=versions.get(key, {}),
+            scid_len=arr[order, 5].astype(np.int8), versions=versions.get(key, {}),
         )  # fmt: skip
         c_addr, c_port, s_addr, s_port = (
             (key[0], key[1], key[2], key[3]) if a_is_client else (key[2], key[3], key[0], key[1])

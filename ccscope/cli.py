@@ -267,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_classifier(sub)
 
+    from ccscope.classifier.quic_dataset import register as register_quic
+
+    register_quic(sub)
+
     from ccscope.store.cli import register as register_store
 
     register_store(sub)

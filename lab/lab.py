@@ -349,7 +349,8 @@ class Lab:
         self._write_hosts(specs, params.sites, [(q.addr_in(params.instance), q.hostname) for q in quic])
         cross_port = _free_udp_port() if params.cross_traffic_kbit > 0 else 0
         cfg = ServerConfig(
-            servers=[ListenerSpec(cca=s.name, addr=s.addr, kernel_cca=s.kernel) for s in specs],
+            servers=[ListenerSpec(cca=s.name, addr=s.addr, kernel_cca=s.kernel) for s in specs]
+            + _quic_companions(quic, params.instance),
             groundtruth_dir=str(self.gt_dir),
             cert_file=str(certs.cert),
             key_file=str(certs.key),
@@ -566,6 +567,14 @@ def _quic_specs(params: LabParams) -> list[Any]:
     from ccscope.lab.quic.lab import specs
 
     return specs(params.quic)
+
+
+def _quic_companions(quic: list[Any], instance: int) -> list[ListenerSpec]:
+    """HTTP(S) over TCP on each QUIC server's address too, as a real HTTP/3 site has (clients
+    and the crawler find it over TCP first); kernel CUBIC, the TCP side is not ground truth."""
+    return [
+        ListenerSpec(cca=f"{q.short}.{q.stack}", addr=q.addr_in(instance), kernel_cca="cubic") for q in quic
+    ]
 
 
 def _quic_cert_names(quic: list[Any]) -> list[str]:

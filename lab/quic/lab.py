@@ -20,6 +20,9 @@ from ccscope.lab.quic.registry import STACKS, QuicServer, QuicServerArgs, availa
 from ccscope.lab.registry import LAB_DOMAIN
 
 ALL = "all"
+# A QUIC profile carries 1200-byte datagrams where a TCP one carries 100-byte packets, so a
+# download needs ~25x the bytes for as many round trips: the QUIC servers' /large is at least this.
+QUIC_LARGE_BYTES = 5_000_000
 
 
 def resolve_servers(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -84,7 +87,9 @@ def write_config(
     for s in servers:
         qdir = groundtruth_dir / "quic" / "qlog" / s.label.replace(":", "-")
         qdir.mkdir(parents=True, exist_ok=True)
-        a = QuicServerArgs(f"{s.addr_in(instance)}:443", cert, key, str(qdir), str(runs), large)
+        a = QuicServerArgs(
+            f"{s.addr_in(instance)}:443", cert, key, str(qdir), str(runs), max(large, QUIC_LARGE_BYTES)
+        )
         entries.append({"label": s.label, "argv": STACKS[s.stack].command(a, s.cca, s.label)})
     path.write_text(json.dumps({"servers": entries}, indent=2))
     return path

@@ -3,6 +3,8 @@ published heuristic, and the link estimator against a server simulated apart fro
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,18 @@ def test_quic_profiles() -> None:
     assert get_profile("B-quic-rate").down.rate == "200kbit"
     with pytest.raises(Exception, match="unknown profile"):
         get_profile("C-quic")
+
+
+def test_stack_fingerprint_reads_the_connection_id_and_the_pacing() -> None:
+    from ccscope.capture.quic_fingerprint import fingerprint, guess
+    from tests.capture.quic_synth import CPORT, SPORT
+
+    sim = simulate(packets=200, window=30)
+    # the server's handshake datagram: a long header with a 20-byte source connection ID
+    hs = ipv4_udp(SERVER, CLIENT, SPORT, CPORT, long_header(0, scid=b"\x01" * 20), 1200)
+    pk = sorted([*sim.packets, (sim.packets[1][0] + 1, hs)])
+    fp = fingerprint(read_quic(pcap_bytes(pk)).flows[0].d)
+    assert fp.scid_len == 20 and fp.full_size == 1200 and fp.full_share == 1.0
+    assert 0.0 < fp.back_to_back < 0.5  # the first window leaves in one burst, the rest ACK-clocked
+    assert guess(fp)[0] == "quiche"
+    assert guess(replace(fp, scid_len=7))[0] is None
