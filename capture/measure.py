@@ -103,13 +103,19 @@ def measure_profile(
     max_bytes: int = 16 * 1024 * 1024,
     access: Sequence[str] = (),
     seed: int | None = None,
+    layers: Sequence[Sequence[str]] = (),
+    stem: str | None = None,
+    keep_pcap: bool = True,
+    setup_slack: float = 15.0,
     transport: str = "tcp",
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
     `access`: link options of an emulated access path around the profile's shell (a lab
-    vantage point); the capture stays at the profile's bottleneck. `seed` seeds the shell's
-    random jitter and loss (`ccscope-link --seed`); None keeps the emulator's default.
-    `transport` names a registered transport (capture/transports); it adapts the profile
+    vantage point); `layers`: several such shells, outermost first (around `access`); the
+    capture stays at the profile's bottleneck. `stem` names the files (default: the profile's
+    name); without `keep_pcap` the capture is deleted once the traces are written. `seed` seeds
+    the shell's random jitter and loss (`ccscope-link --seed`); None keeps the emulator's default.
+    `transport` names a catalogued transport (ccscope/transports.py); it adapts the profile
     (QUIC needs 1280-byte packets) and supplies the client and the capture -> trace step."""
     tr = get_transport(transport)
     why = tr.unavailable()
@@ -121,7 +127,7 @@ def measure_profile(
         from ccscope.lab.lab import lab_ca_file, lab_hosts_file
 
         hosts, cafile = lab_hosts_file(), lab_ca_file()
-    stem = f"{profile.name}"
+    stem = stem or profile.name
     pcap = out_dir / f"{stem}.pcap"
     stats = out_dir / f"{stem}.stats.json"
     run = ProfileRun(profile=profile.name, ok=False, pcap_file=str(pcap), transport=transport)
@@ -143,7 +149,8 @@ def measure_profile(
         hosts=hosts,
         extra=("--seed", str(seed)) if seed is not None else (),
         outer=access,
-        timeout=timeout + 15,
+        layers=layers,
+        timeout=timeout + setup_slack,
     )
     run.fetch = client_result(sh.stdout)
     fetch_failed = sh.returncode != 0
@@ -187,6 +194,9 @@ def measure_profile(
         run.groundtruth = tr.groundtruth(
             flow, sender, profile, f"{run_id}-{profile.name}", out_dir=out_dir, stem=stem, fetch=run.fetch
         )
+    if not keep_pcap:
+        pcap.unlink(missing_ok=True)
+        run.pcap_file = None
     return run
 
 

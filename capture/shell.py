@@ -37,6 +37,14 @@ def link_binary() -> Path:
     )
 
 
+def link_argv(options: Sequence[str], cmd: Sequence[str], *, keep_root: bool = False) -> list[str]:
+    """Every ccscope-link command line is built here: `options` are link options, `cmd` runs
+    inside. `keep_root`: the command needs root inside the shell (a nested shell, a lab server
+    that sets CCAs or routes); the place where a privilege-dropping emulator gets its opt-out."""
+    del keep_root  # today the command always keeps the caller's privileges
+    return [str(link_binary()), *options, "--", *cmd]
+
+
 def shell_command(
     cmd: Sequence[str],
     profile: Profile | None = None,
@@ -46,21 +54,24 @@ def shell_command(
     hosts: Path | None = None,
     extra: Sequence[str] = (),
     outer: Sequence[str] = (),
+    layers: Sequence[Sequence[str]] = (),
 ) -> list[str]:
     """The emulator command line. `outer` (link options) wraps the shell in another one, as
-    mahimahi's shells nest: e.g. a vantage point's access path around a measurement profile."""
-    args = [str(link_binary())]
+    mahimahi's shells nest: e.g. a vantage point's access path around a measurement profile.
+    `layers` wraps it in several, outermost first (`outer`, if given, sits inside them)."""
+    opts: list[str] = []
     if profile is not None:
-        args += profile.link_args()
+        opts += profile.link_args()
     if pcap is not None:
-        args += ["--pcap", str(pcap)]
+        opts += ["--pcap", str(pcap)]
     if stats is not None:
-        args += ["--stats", str(stats)]
+        opts += ["--stats", str(stats)]
     if hosts is not None:
-        args += ["--hosts", str(hosts)]
-    args += [*extra, "--quiet", "--", *cmd]
-    if outer:
-        args = [str(link_binary()), *outer, "--quiet", "--", *args]
+        opts += ["--hosts", str(hosts)]
+    args = link_argv([*opts, *extra, "--quiet"], cmd)
+    wraps = [*layers, *([outer] if outer else [])]
+    for layer in reversed(wraps):
+        args = link_argv([*layer, "--quiet"], args, keep_root=True)
     return args
 
 
@@ -87,10 +98,13 @@ def run_in_shell(
     hosts: Path | None = None,
     extra: Sequence[str] = (),
     outer: Sequence[str] = (),
+    layers: Sequence[Sequence[str]] = (),
     timeout: float | None = None,
 ) -> ShellRun:
     """Run `cmd` inside a fresh shell and wait for it; never leaves the shell behind."""
-    argv = shell_command(cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra, outer=outer)
+    argv = shell_command(
+        cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra, outer=outer, layers=layers
+    )
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)

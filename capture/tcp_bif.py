@@ -471,6 +471,8 @@ def _flow_trace(
         if len(syn_rows):
             internet_ns = int(ts[p_sa] - ts[syn_rows[-1]])
     visible_ns = _min_visible_rtt(ts, srv, retx, s_rel, plen, seg_end, ack_pos, a_rel)
+    # before the sender alignment reorders the packets: ack_pos indexes capture order
+    delivery_bps = _delivery_rate_bps(ts, mack, ack_pos, base_hint_ns=(visible_ns or 0) + (internet_ns or 0))
 
     payload = max(0, data_end - 1)
     bytes_acked = max(0, min(int(mack[-1]), data_end) - 1)
@@ -507,6 +509,10 @@ def _flow_trace(
     visible_ms = None if visible_ns is None else visible_ns / 1e6
     base_ms = internet_ms if visible_ms is None else visible_ms + (internet_ms or 0.0)
     extra: dict[str, Any] = {
+        # the largest payload the server sent: the MSS in use (the classifier counts windows in
+        # segments), and the bottleneck rate the ACKs show (its BDP, when no profile says)
+        "mss": int(plen[data_pos].max()) if len(data_pos) else None,
+        "delivery_rate_bps": delivery_bps,
         "packets": int(n),
         "payload_bytes": payload,
         "retransmits": int(np.count_nonzero(retx)),
@@ -675,6 +681,31 @@ def _infer_fin(
     at_end = srv_pos[ends == data_end]
     empty = at_end[plen[at_end] == 0]
     fin_f[empty if len(empty) else at_end] = True
+
+
+MAX_RATE_WINDOWS = 100_000
+
+
+def _delivery_rate_bps(
+    ts: np.ndarray, mack: np.ndarray, ack_pos: np.ndarray, *, base_hint_ns: int | None
+) -> float | None:
+    """The rate at which the client's cumulative ACK advanced while the download kept the
+    bottleneck busy, in payload bits per second: the 90th percentile over windows of
+    max(1 s, 4 RTT). A saturating sender is ACK-clocked at the bottleneck rate; the percentile
+    leaves out slow start, loss recoveries and BBR's ProbeRTT. None with under 3 windows."""
+    if len(ack_pos) < 8:
+        return None
+    ta = ts[ack_pos].astype(np.float64) / 1e9
+    acked = mack[ack_pos].astype(np.float64)
+    win = max(1.0, 4.0 * (base_hint_ns or 0) / 1e9)
+    if (ta[-1] - ta[0]) / win > MAX_RATE_WINDOWS:
+        return None  # a capture spanning weeks (or a damaged timestamp) is no download's
+    edges = np.arange(ta[0], ta[-1], win)
+    if len(edges) < 4:
+        return None
+    at = acked[np.clip(np.searchsorted(ta, edges, side="right") - 1, 0, len(acked) - 1)]
+    rates = np.diff(at) * 8.0 / win
+    return float(np.percentile(rates, 90)) if len(rates) >= 3 else None
 
 
 def _min_visible_rtt(

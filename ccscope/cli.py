@@ -17,7 +17,7 @@ from ccscope.errors import CCScopeError
 
 
 def _cmd_shell(args: argparse.Namespace) -> int:
-    from ccscope.capture.shell import link_binary
+    from ccscope.capture.shell import link_argv
     from ccscope.profile import get_profile
 
     cmd = list(args.command)
@@ -26,10 +26,8 @@ def _cmd_shell(args: argparse.Namespace) -> int:
     link_opts, sep, rest = _split_dashdash(cmd)
     if not sep:
         raise CCScopeError("usage: ccscope shell [--profile A|B] [LINK OPTIONS] -- COMMAND [ARGS]")
-    argv = [str(link_binary())]
-    if args.profile:
-        argv += get_profile(args.profile).link_args()
-    argv += [*link_opts, "--", *rest]
+    opts = get_profile(args.profile).link_args() if args.profile else []
+    argv = link_argv([*opts, *link_opts], rest)
     os.execv(argv[0], argv)
     return 0  # not reached
 
@@ -266,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     from ccscope.classifier.cli import register as register_classifier
 
     register_classifier(sub)
+
+    from ccscope.classifier.collect import register as register_collect
+
+    register_collect(sub)
 
     from ccscope.classifier.quic_dataset import register as register_quic
 

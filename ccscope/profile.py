@@ -44,12 +44,20 @@ class Direction:
     buffer: str = "inf"
     drop_nth: tuple[int, ...] = ()
     drop_window_over: int | None = None
+    # Gilbert–Elliott bursty loss (p, r[, bad_loss[, good_loss]]), () for none; see capture/link
+    ge_loss: tuple[float, ...] = ()
+    reorder: float = 0.0  # probability a packet is held back and overtaken
+    reorder_gap_ms: float = 1.0
 
     def __post_init__(self) -> None:
         if self.delay_ms < 0 or self.jitter_ms < 0:
             raise ProfileError("delay and jitter must be >= 0")
         if not 0.0 <= self.loss < 1.0:
             raise ProfileError("loss must be in [0, 1)")
+        if self.ge_loss and (not 2 <= len(self.ge_loss) <= 4 or not all(0 <= x <= 1 for x in self.ge_loss)):
+            raise ProfileError("ge_loss is (p, r[, bad_loss[, good_loss]]), each in [0, 1]")
+        if not 0.0 <= self.reorder <= 1.0 or self.reorder_gap_ms <= 0:
+            raise ProfileError("reorder must be in [0, 1] and its gap > 0 ms")
         first_rate_bps(self.rate)  # validates the simple forms early
 
     def link_args(self, prefix: str) -> list[str]:
@@ -65,6 +73,15 @@ class Direction:
             args += [f"--{prefix}-jitter", _num(self.jitter_ms)]
         if self.loss:
             args += [f"--{prefix}-loss", _num(self.loss)]
+        if self.ge_loss:
+            args += [f"--{prefix}-ge-loss", ",".join(_num(x) for x in self.ge_loss)]
+        if self.reorder:
+            args += [
+                f"--{prefix}-reorder",
+                _num(self.reorder),
+                f"--{prefix}-reorder-gap",
+                _num(self.reorder_gap_ms),
+            ]
         if self.drop_nth:
             args += [f"--{prefix}-drop-nth", ",".join(str(n) for n in self.drop_nth)]
         if self.drop_window_over is not None:
@@ -116,7 +133,14 @@ class Profile:
     def from_dict(cls, d: dict[str, Any]) -> Profile:
         try:
             dirs = {
-                k: Direction(**{**d[k], "drop_nth": tuple(d[k].get("drop_nth", ()))}) for k in ("down", "up")
+                k: Direction(
+                    **{
+                        **d[k],
+                        "drop_nth": tuple(d[k].get("drop_nth", ())),
+                        "ge_loss": tuple(float(x) for x in d[k].get("ge_loss", ())),
+                    }
+                )
+                for k in ("down", "up")
             }
             return cls(
                 name=str(d["name"]),

@@ -1,4 +1,4 @@
-"""The public entry: traces of one measurement in, a Verdict out."""
+"""The public entry: traces of one server in, a Verdict out."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from ccscope.classifier.detectors import run_detectors
-from ccscope.classifier.features import FEATURES, InsufficientData, analyse
-from ccscope.classifier.model import FAMILY, Model, TraceSummary, decide, profile_key
+from ccscope.classifier.estimator import Decision
+from ccscope.classifier.features import InsufficientData, analyse
+from ccscope.classifier.model import FAMILY, Model
+from ccscope.classifier.summary import TraceSummary
 from ccscope.trace import Trace
 from ccscope.verdict import UNKNOWN, Verdict
 
@@ -22,76 +24,65 @@ def _load_model(path: str | None) -> Model:
 
 def summarise(trace: Trace) -> TraceSummary:
     """Every per-trace stage: features, detectors, and the evidence a person can check."""
+    prof = (trace.profile or {}).get("name")
     try:
         a = analyse(trace)
     except InsufficientData as e:
-        prof = (trace.profile or {}).get("name")
-        return TraceSummary(str(prof or "?"), [], {}, insufficient=str(e))
+        return TraceSummary({}, str(e), {"alignment": trace.alignment}, profile=prof)
     findings = run_detectors(a)
+    feats = dict(a.features)
+    for f in findings:
+        feats["det_" + f.name] = float(f.score)
     ev = a.evidence()
     ev["detectors"] = {f.name: f.to_dict() for f in findings}
-    return TraceSummary(
-        profile_key(a.prepared.profile, a.prepared.rtt),
-        [float(v) for v in a.features],
-        {f.name: f.score for f in findings},
-        None,
-        ev,
-        rtt_ms=float(a.prepared.rtt * 1000.0),
-    )
+    ev["alignment"] = trace.alignment
+    return TraceSummary(feats, None, ev, rtt_ms=float(a.prepared.rtt * 1000.0), profile=prof)
 
 
 def classify(
     traces: Sequence[Trace], model: Model | None = None, *, model_path: str | Path | None = None
 ) -> Verdict:
-    """Classify one server from its traces (typically profiles A and B of one measurement)."""
+    """Classify one server from its traces (typically the two profiles of one measurement)."""
     m = model or _load_model(str(model_path) if model_path else None)
     return verdict_from_summaries([summarise(t) for t in traces], m)
 
 
 def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdict:
-    version = f"{m.version}"
+    version = m.version
     per_trace: list[dict[str, Any]] = [
         {"profile": s.profile, "insufficient": s.insufficient, **s.evidence} for s in summaries
     ]
-    usable = [s for s in summaries if s.insufficient is None]
+    usable = [s for s in summaries if s.usable]
     if not usable:
         reason = summaries[0].insufficient if summaries else "no trace was given"
         return Verdict.insufficient(reason or "no usable trace", version, {"traces": per_trace})
-    d = decide(m, usable)
+    d = m.estimator.decide(usable)
     top = sorted(d.probabilities.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     evidence: dict[str, Any] = {
         "traces": per_trace,
         "top_classes": [{"class": c, "p": p} for c, p in top],
-        # the naive Bayes over the same features on its own: where it disagrees with the
-        # forest's label, the shape model alone would have named another CCA
+        # the method's naive Bayes over the same features on its own: where it disagrees with
+        # the forest's label, the shape model alone would have named another CCA
         "shape_model_top": [
             {"class": c, "p": p}
             for c, p in sorted(d.shape_probabilities.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
         ],
-        "typicality": d.typicality,
-        "atypicality": d.atypicality,
-        # the parameter check: the trace's deviation over its limit (1.0 = on it; 0 = no check)
-        "param_excess": d.param_excess,
-        "families_disagree": d.families_disagree,
-        # the pair test: the measurement's pair atypicality over its limit (0 = no test)
-        "pair_excess": d.pair_excess,
-        # classes this measurement cannot rule out (posterior within 5x of the best): CCAs that
-        # behave identically under the method's profiles (e.g. DCTCP without ECN marks is Reno)
-        "also_consistent_with": [c for c, p in top[1:] if p >= 0.2 * top[0][1]],
+        # the conformal p-value of the named class under each Unknown rule (small = unlike
+        # known measurements of that class); Unknown when one is at most the rule's budget
+        "p_values": d.p_values,
+        "rules": d.details,
+        # classes the measurement cannot rule out at the rules' budget (the conformal set)
+        "also_consistent_with": d.also_consistent_with,
         "unknown_because": d.reasons,
-        "detector_scores": {
-            n: max(s.detectors.get(n, 0.0) for s in usable) for n in sorted(usable[0].detectors)
-        },
     }
     probs = {c: p for c, p in d.probabilities.items() if p >= 1e-4}
     if d.label is None:
-        nearest = FAMILY.get(d.best, d.best)
         return Verdict(
             label=UNKNOWN,
             kind="unknown",
             confidence=float(1.0 - d.probabilities[d.best]),  # mass not on the nearest class
-            nearest=nearest,
-            explanation=_explain(d.best, usable, d.reasons, unknown=True),
+            nearest=FAMILY.get(d.best, d.best),
+            explanation=_explain(d, usable, unknown=True),
             classifier_version=version,
             probabilities=probs,
             evidence=evidence,
@@ -100,33 +91,27 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
         label=d.label,
         kind="cca",
         confidence=float(d.probabilities[d.label]),
-        explanation=_explain(d.label, usable, [], unknown=False, also=evidence["also_consistent_with"]),
+        explanation=_explain(d, usable, unknown=False),
         classifier_version=version,
         probabilities=probs,
         evidence=evidence,
     )
 
 
-def _fv(s: TraceSummary, name: str) -> float:
-    return s.features[FEATURES.index(name)]
-
-
-def _explain(
-    label: str, usable: Sequence[TraceSummary], reasons: list[str], *, unknown: bool, also: Sequence[str] = ()
-) -> str:
+def _explain(d: Decision, usable: Sequence[TraceSummary], *, unknown: bool) -> str:
     """One paragraph a person can check against the plot."""
-    parts = []
-    profs = ", ".join(sorted({s.profile for s in usable}))
-    parts.append(f"Read {len(usable)} trace(s) (profile {profs}) after slow start.")
+    parts = [f"Read {len(usable)} trace(s) after slow start."]
     s = usable[0]
-    beta, growth = _fv(s, "plateau_ratio"), _fv(s, "growth")
+    beta = s.value("plateau_ratio")
     if math.isnan(beta):
-        beta = _fv(s, "beta_pipe")
-    loss, level = _fv(s, "loss_per_100pkt"), math.exp(_fv(s, "level"))
-    rec = _fv(s, "recovery_frac")
+        beta = s.value("beta_pipe")
+    growth, loss = s.value("growth"), s.value("loss_per_100pkt")
+    level, rec = math.exp(s.value("level")), s.value("recovery_frac")
+    rtt, bdp = s.rtt_ms, math.exp(s.value("ctx_bdp_pkts"))
     desc = (
-        f"In profile {s.profile} the pipe held a median {level:.2f}× the path's BDP after slow start, "
-        f"{loss:.2g} % of packets were retransmitted and {rec:.0%} of the time went to loss recovery"
+        f"On a path of {rtt:.0f} ms and {bdp:.0f} segments of BDP the window held a median "
+        f"{level:.2f}× the BDP after slow start, {loss:.2g} % of packets were retransmitted and "
+        f"{rec:.0%} of the time went to loss recovery"
     )
     if not math.isnan(beta) and beta < 0.98 and loss > 0:
         desc += f"; after a loss the window fell to {beta:.2f} of its previous level"
@@ -135,33 +120,31 @@ def _explain(
     parts.append(desc + ".")
     if not any(x.has_congestion_avoidance for x in usable):
         parts.append(
-            "No trace holds a clean stretch of congestion avoidance (loss recovery lasted to the end "
-            "of the download), so this rests on slow start, the back-off and the recovery alone: "
-            "CCAs that differ only in how they grow the window afterwards (Reno and Veno, say) look "
-            "the same here."
+            "No trace holds a clean stretch of congestion avoidance, so this rests on slow start, "
+            "the back-off and the recovery alone: CCAs that differ only in how they grow the "
+            "window afterwards (Reno and Veno, say) look the same here."
         )
-    det = {n: max(x.detectors.get(n, 0.0) for x in usable) for n in usable[0].detectors}
-    if det:
-        parts.append(
-            "BBR timing detectors: "
-            + ", ".join(f"{n} {v:.2f}" for n, v in sorted(det.items()))
-            + " (1 = every signature present)."
-        )
+    det = {n: max(x.value(n) for x in usable) for n in ("det_bbr1", "det_bbr3")}
+    parts.append(
+        "BBR timing detectors: "
+        + ", ".join(f"{n[4:]} {v:.2f}" for n, v in sorted(det.items()) if not math.isnan(v))
+        + " (1 = every signature present)."
+    )
     if unknown:
-        fam = FAMILY.get(label, label)
+        fam = FAMILY.get(d.best, d.best)
         parts.append(
-            f"Verdict: unknown, closest to {label} ({fam} family), because "
-            + "; and ".join(reasons)
+            f"Verdict: unknown, closest to {d.best} ({fam} family), because "
+            + "; and ".join(d.reasons)
             + ". A CCA outside the trained set, or a tuned variant, looks like this."
         )
     else:
         parts.append(
-            f"The decision trees, reading both profiles' features together, name {label} more often "
-            "than any other class, and no feature lies further from its trained profile than known "
-            "CCAs on unseen networks do."
+            f"The decision trees, reading each trace's shape beside its path, name {d.best} "
+            f"({d.probabilities[d.best]:.0%}), and known {d.best} measurements on paths the model "
+            "never trained on conform no better than this one."
         )
-    if also:
-        parts.append("It cannot be told apart here from: " + ", ".join(also) + ".")
+    if d.also_consistent_with:
+        parts.append("It cannot be ruled out here that it is: " + ", ".join(d.also_consistent_with) + ".")
     notes = sorted({n for x in usable for n in x.evidence.get("notes", [])})
     if notes:
         parts.append("Note: " + "; ".join(notes) + ".")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ccscope.classifier.features import DT, Prepared, TraceAnalysis, lowpass, periodicity
+from ccscope.classifier.features import Prepared, TraceAnalysis, lowpass, periodicity
 
 
 @dataclass
@@ -44,8 +44,8 @@ def find_dips(p: Prepared, keep: np.ndarray, t0: float, t1: float, max_depth: fl
         return []
     key = ("dips", i0, i1)
     if key not in p.cache:  # both detectors look at the same stretch: compute it once
-        x = lowpass(p.raw[i0:i1], DT, 4.0 / p.rtt)
-        w = max(3, round(2.0 / DT))  # surrounding level over ±1 s
+        x = lowpass(p.raw[i0:i1], p.dt, 4.0 / p.rtt)
+        w = max(3, round(2.0 / p.dt))  # surrounding level over ±1 s
         pad = np.pad(x, (w // 2, w - 1 - w // 2), mode="edge")
         # an 80th percentile over the window: the cruise level, not pulled down by the dip itself;
         # on every 5th point only, then interpolated: the level moves on a seconds scale
@@ -63,7 +63,7 @@ def find_dips(p: Prepared, keep: np.ndarray, t0: float, t1: float, max_depth: fl
     starts, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0] - 1
     dips: list[Dip] = []
     for i, j in zip(starts.tolist(), ends.tolist(), strict=True):
-        dur = (j - i + 1) * DT
+        dur = (j - i + 1) * p.dt
         if 0.08 <= dur <= 1.5 + 2 * p.rtt:
             k = i + int(np.argmin(x[i : j + 1]))
             dips.append(Dip(float(t[k]), float(x[k] / max(lvl[k], 1e-9)), dur))
@@ -130,7 +130,7 @@ def detect_bbr1(a: TraceAnalysis) -> Finding:
     i0, i1 = int(np.searchsorted(p.t, t0)), int(np.searchsorted(p.t, t1))
     key = ("period", i0, i1)
     if key not in p.cache:
-        p.cache[key] = periodicity(p.smooth[i0:i1], p.rtt, 6.0, 10.5)
+        p.cache[key] = periodicity(p.smooth[i0:i1], p.rtt, 6.0, 10.5, p.dt)
     period, share = p.cache[key]
     s_bw = min(1.0, share / 0.25)
     score = float(0.6 * frac + 0.4 * s_bw)
@@ -158,7 +158,7 @@ def detect_bbr3(a: TraceAnalysis) -> Finding:
     # flat cruise: stretches >= 1.5 s where the smoothed BiF stays within ±5 % of its mean
     i0, i1 = int(np.searchsorted(p.t, t0)), int(np.searchsorted(p.t, t1))
     x = p.smooth[i0:i1]
-    w = round(1.5 / DT)
+    w = round(1.5 / p.dt)
     flats = 0.0
     if len(x) > w:
         win = sliding_window_view(x, w)[:: max(1, w // 10)]

@@ -25,11 +25,15 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ccscope.profile import first_rate_bps
 from ccscope.trace import Trace
 
-DT = 0.01  # grid step (s): RTTs here are >= 100 ms, BiF changes every ~4 ms at 250 pkt/s
+DT = 0.01  # the coarsest grid step (s); a trace's own step is finer on short paths (grid_step)
+MIN_DT = 0.002
 N_SAMPLES = 200  # points per normalised segment (as the thesis)
 POLY_LAMBDA = 1e-4  # penalty weight; see fit_segment
 MIN_SEGMENT_RTTS = 4.0  # shorter stretches carry no shape
 MIN_CA_RTTS = 20.0  # congestion avoidance shorter than this is "too short"
+# A window of fewer segments than this moves in steps of a whole segment per round trip at most:
+# AIMD, cubic and delay-based growth all look alike, whatever the controller.
+MIN_WINDOW_SEGMENTS = 5.0
 DEFAULT_MSS = 48  # the standard profiles' MTU 100 minus IP/TCP headers and timestamps
 
 
@@ -41,7 +45,7 @@ class InsufficientData(Exception):
 class Prepared:
     """A trace on a uniform grid, BiF in BDPs, plus what was learnt while preparing it."""
 
-    t: np.ndarray  # seconds, uniform step DT
+    t: np.ndarray  # seconds, uniform step dt
     raw: np.ndarray  # the window series / BDP, step-interpolated: the pipe where SACK tells it, else BiF
     pipe: np.ndarray  # pipe estimate / BDP (BiF less segments held out of order)
     smooth: np.ndarray  # raw, low-passed at 1/RTT
@@ -56,37 +60,57 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     cache: dict[Any, Any] = field(default_factory=dict)  # intermediate results shared by detectors
     sack: bool = False  # the trace knows SACKed bytes: raw and pipe are the measured pipe
+    dt: float = DT  # the grid step (s)
+    rate_source: str = "profile"  # where rate_bps came from: "profile" or "trace"
 
 
-def _path_numbers(tr: Trace) -> tuple[float, float, float, float, list[str]]:
-    """RTT (s), BDP (bytes) and MSS for the trace; estimated when the metadata lacks them."""
+def _path_numbers(tr: Trace) -> tuple[float, float, float, float, str, list[str]]:
+    """RTT (s), BDP (bytes), MSS (bytes), bottleneck rate (payload bit/s) and where the rate
+    came from ("profile" or "trace"), read in the trace's own units: the profile when the trace
+    carries one, else what the capture itself shows (its largest segment, the rate its ACKs
+    advanced at, the RTT of its handshake and ACKs)."""
     notes: list[str] = []
     prof = tr.profile or {}
     rtt_ms = tr.base_rtt_ms
     if not rtt_ms or rtt_ms <= 0:
         rtt_ms = float(prof.get("base_rtt_ms") or 0.0) + float(tr.internet_rtt_ms or 0.0)
     if not rtt_ms or rtt_ms <= 0:
-        rtt_ms = 150.0
-        notes.append("no RTT in the trace: assumed 150 ms")
+        raise InsufficientData("the trace shows no round-trip time (no handshake, no ACK timing, no profile)")
     mtu = prof.get("mtu")
-    mss = float(mtu) - 52.0 if isinstance(mtu, int | float) and mtu > 60 else float(DEFAULT_MSS)
+    seen_mss = tr.extra.get("mss")
+    if isinstance(seen_mss, int | float) and seen_mss > 0:
+        mss = float(seen_mss)
+    elif isinstance(mtu, int | float) and mtu > 60:
+        mss = float(mtu) - 52.0
+    else:
+        mss = float(DEFAULT_MSS)
+        notes.append(f"segment size unknown: assumed {DEFAULT_MSS} bytes")
     rate = None
     try:
         rate = first_rate_bps(str((prof.get("down") or {}).get("rate", "")) or "inf")
     except Exception:
         rate = None
+    source = "profile"
     if rate is not None and isinstance(mtu, int | float) and mtu > 60:
         # BiF counts payload bytes while the link carries whole packets (at MTU 100, 48 payload
         # bytes in every 100): rates and BDPs here are in payload bytes, so a window that just
         # fills the pipe is 1 BDP
-        rate *= mss / float(mtu)
+        rate *= min(1.0, mss / float(mtu))
     if rate is None:
-        # Goodput over the transfer is the bottleneck rate's best stand-in (the method saturates it).
+        source = "trace"
+        seen = tr.extra.get("delivery_rate_bps")
         dur = tr.duration
-        rate = 8.0 * tr.bytes_acked / dur if dur > 0 and tr.bytes_acked > 0 else 200e3
-        notes.append(f"no bottleneck rate in the trace: estimated {rate / 1e3:.0f} kbit/s")
+        goodput = 8.0 * tr.bytes_acked / dur if dur > 0 and tr.bytes_acked > 0 else 0.0
+        if isinstance(seen, int | float) and seen > 0:
+            # a saturating download is ACK-clocked at the bottleneck rate
+            rate = max(float(seen), goodput)
+        elif goodput > 0:
+            rate = goodput
+        else:
+            raise InsufficientData("no bottleneck rate in the profile and none readable from the trace")
+        notes.append(f"no bottleneck rate in the trace's profile: read {rate / 1e3:.0f} kbit/s from its ACKs")
     bdp = rate / 8.0 * rtt_ms / 1000.0
-    return rtt_ms / 1000.0, bdp, mss, rate, notes
+    return rtt_ms / 1000.0, bdp, mss, rate, source, notes
 
 
 def lowpass(x: np.ndarray, dt: float, cutoff_hz: float) -> np.ndarray:
@@ -179,14 +203,22 @@ def _held_segments(v: np.ndarray, cap: np.ndarray) -> np.ndarray:
     return out
 
 
+def grid_step(rtt: float) -> float:
+    """The grid step for a path of base RTT `rtt` (s): at most DT, and at least five points per
+    round trip, so the 1/RTT low-pass and the RTT/4 one of the detectors stay below Nyquist on
+    short paths (an imported capture at 15 ms one way)."""
+    return float(min(DT, max(MIN_DT, rtt / 5.0)))
+
+
 def prepare(tr: Trace) -> Prepared:
     if len(tr.t) < 2:
         raise InsufficientData("the trace is empty")
-    rtt, bdp, mss, rate, notes = _path_numbers(tr)
+    rtt, bdp, mss, rate, rate_source, notes = _path_numbers(tr)
     t0, t1 = float(tr.t[0]), float(tr.t[-1])
     if t1 - t0 < 10 * rtt:
         raise InsufficientData(f"the trace lasts {t1 - t0:.2f} s, under 10 round trips")
-    grid = np.arange(t0, t1, DT)
+    dt = grid_step(rtt)
+    grid = np.arange(t0, t1, dt)
     # BiF holds its value until the next packet: "previous" interpolation
     idx = np.searchsorted(tr.t, grid, side="right") - 1
     dup = np.asarray(tr.events.get("dupack", []), dtype=np.float64)
@@ -208,14 +240,29 @@ def prepare(tr: Trace) -> Prepared:
     else:
         raw = tr.bif[ii].astype(np.float64) / bdp
         pipe = pipe_estimate(tr.t, tr.bif, dup, mss, at=ii) / bdp
-    smooth = lowpass(raw, DT, 1.0 / rtt)
+    smooth = lowpass(raw, dt, 1.0 / rtt)
     retx = np.asarray(tr.events.get("retransmit", []), dtype=np.float64)
     pk = tr.extra.get("packets")
     packets = int(pk) if isinstance(pk, int | float) else len(tr.t)
     prof = (tr.profile or {}).get("name")
     goodput = 8.0 * tr.bytes_acked / (t1 - t0)
     return Prepared(
-        grid - t0, raw, pipe, smooth, rtt, bdp, mss, retx - t0, prof, packets, rate, goodput, notes, sack=sack
+        grid - t0,
+        raw,
+        pipe,
+        smooth,
+        rtt,
+        bdp,
+        mss,
+        retx - t0,
+        prof,
+        packets,
+        rate,
+        goodput,
+        notes,
+        sack=sack,
+        dt=dt,
+        rate_source=rate_source,
     )
 
 
@@ -269,7 +316,7 @@ def find_backoffs(p: Prepared, drop_frac: float = 0.25) -> list[Backoff]:
         out.append(Backoff(t[i0], t[j], pk, float(s[j]), "loss"))
     # sharp falls: compare with the running maximum over the last 3 RTT (vectorised: only the
     # few points that qualify are visited one by one)
-    w = max(1, round(3 * rtt / DT))
+    w = max(1, round(3 * rtt / p.dt))
     start = max(w, int(np.searchsorted(t, t_fill)))
     covered = [(b.start - rtt, b.end + rtt) for b in out]
     if len(s) > start:
@@ -300,7 +347,7 @@ def find_slow_start_end(p: Prepared, backoffs: list[Backoff]) -> float:
     paced) left it where the smoothed BiF stopped growing by more than 10 % per RTT."""
     s, rtt = p.smooth, p.rtt
     first = backoffs[0].end if backoffs else float(p.t[-1])
-    lag = max(1, round(rtt / DT))
+    lag = max(1, round(rtt / p.dt))
     for i in range(lag, len(s)):
         if p.t[i] >= first:
             break
@@ -339,7 +386,8 @@ def plateau_starts(
 ) -> list[tuple[int, float]]:
     """`find_plateaus` with the grid index where each plateau begins."""
     i0, i1 = int(np.searchsorted(t, t0)), int(np.searchsorted(t, t1))
-    w = max(4, round(4 * rtt / DT))
+    dt = float(t[1] - t[0]) if len(t) > 1 else DT
+    w = max(4, round(4 * rtt / dt))
     x = ps[i0:i1]
     if len(x) <= w:
         return []
@@ -469,18 +517,20 @@ def segment(p: Prepared, backoffs: list[Backoff], ca_start: float, ca_end: float
     return segs
 
 
-def periodicity(x: np.ndarray, rtt: float, lo_rtts: float, hi_rtts: float) -> tuple[float, float]:
+def periodicity(
+    x: np.ndarray, rtt: float, lo_rtts: float, hi_rtts: float, dt: float = DT
+) -> tuple[float, float]:
     """Strongest period (in RTTs) within [lo, hi] of the detrended series and the share of the
     band's variance it holds: BBRv1's 8-RTT gain cycle shows as a sharp line near 8."""
     if len(x) < 16:
         return 0.0, 0.0
     # detrend with a moving average 3x longer than the longest period of interest
-    w = max(3, round(3 * hi_rtts * rtt / DT))
+    w = max(3, round(3 * hi_rtts * rtt / dt))
     c = np.cumsum(np.concatenate([[0.0], np.pad(x, (w // 2, w - 1 - w // 2), mode="edge")]))
     trend = (c[w:] - c[:-w]) / w  # moving average via a cumulative sum: O(n), not O(n·w)
     y = (x - trend) * np.hanning(len(x))
     spec = np.abs(np.fft.rfft(y)) ** 2
-    f = np.fft.rfftfreq(len(y), DT)
+    f = np.fft.rfftfreq(len(y), dt)
     with np.errstate(divide="ignore"):
         period = np.where(f > 0, 1.0 / np.maximum(f, 1e-12) / rtt, np.inf)
     band = (period >= lo_rtts) & (period <= hi_rtts)
@@ -525,7 +575,7 @@ def find_pulses(p: Prepared, t0: float, t1: float, thr: float = 0.15) -> Pulses:
     nan = math.nan
     if i1 - i0 < 16:
         return Pulses(0, nan, nan, nan, nan)
-    x = lowpass(p.raw[i0:i1], DT, 4.0 / p.rtt)
+    x = lowpass(p.raw[i0:i1], p.dt, 4.0 / p.rtt)
     m = float(np.median(x))
     if m <= 0:
         return Pulses(0, nan, nan, nan, nan)
@@ -534,18 +584,18 @@ def find_pulses(p: Prepared, t0: float, t1: float, thr: float = 0.15) -> Pulses:
     starts, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
     rise, top, gain, slope = [], [], [], []
     n = 0
-    back = int(3.0 * p.rtt / DT)
+    back = int(3.0 * p.rtt / p.dt)
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        if (b - a) * DT < 0.5 * p.rtt:
+        if (b - a) * p.dt < 0.5 * p.rtt:
             continue  # a blip, not a probe
         n += 1
         k = a + int(np.argmax(x[a:b]))
         h = x[k] - m
         gain.append(float(x[k] / m))
-        s = _rise_rate(x, a, k, back) * p.rtt / DT
+        s = _rise_rate(x, a, k, back) * p.rtt / p.dt
         if MIN_RISE < s < MAX_RISE:
             slope.append(s)
-        if (b - a) * DT < 3.0 * p.rtt:
+        if (b - a) * p.dt < 3.0 * p.rtt:
             continue  # too short to have a shape beyond its height
         r10 = int(np.nonzero(x[a : k + 1] >= m + 0.1 * h)[0][0])
         r90 = int(np.nonzero(x[a : k + 1] >= m + 0.9 * h)[0][0])
@@ -634,6 +684,10 @@ FEATURES = (
     # avoidance, in segments (held_crest): Vegas shrinks its window once more than beta (4)
     # segments are queued, so it holds no more, even where random loss cuts it before it settles
     "queue_crest",
+    # the path in the trace's own units: log base RTT (ms), log BDP in segments, SACK seen (1/0)
+    "ctx_rtt",
+    "ctx_bdp_pkts",
+    "ctx_sack",
 )
 
 
@@ -644,7 +698,7 @@ class TraceAnalysis:
     ss_end: float
     ca_end: float
     segments: list[Segment]
-    features: np.ndarray
+    features: dict[str, float]  # name -> value, one per FEATURES name (NaN: not measurable here)
     keep: np.ndarray  # grid points outside loss recovery
 
     def evidence(self) -> dict[str, Any]:
@@ -658,7 +712,7 @@ class TraceAnalysis:
             "backoffs": len(self.backoffs),
             "retransmissions": len(p.retransmits),
             "segments": [s.to_dict() for s in self.segments[:12]],
-            "features": {k: float(v) for k, v in zip(FEATURES, self.features, strict=True)},
+            "features": dict(self.features),
             "notes": p.notes,
         }
 
@@ -669,7 +723,7 @@ EARLY_RTTS = 2
 def early_growth(p: Prepared, ps: np.ndarray, segs: list[Segment]) -> float:
     """The pipe's climb over the first EARLY_RTTS round trips of each segment (from the end of
     the back-off that opened it), in segments per RTT; the median over segments long enough."""
-    k = max(1, round(p.rtt / DT))
+    k = max(1, round(p.rtt / p.dt))
     out = []
     for sg in segs:
         i0, i1 = int(np.searchsorted(p.t, sg.start)), int(np.searchsorted(p.t, sg.end))
@@ -781,11 +835,17 @@ def analyse(tr: Trace) -> TraceAnalysis:
         if b.cause == "loss":
             keep[int(np.searchsorted(p.t, b.start)) : int(np.searchsorted(p.t, b.end))] = False
     ca = p.smooth[i0:i1][keep[i0:i1]]
-    if len(ca) < MIN_SEGMENT_RTTS * rtt / DT:
+    if len(ca) < MIN_SEGMENT_RTTS * rtt / p.dt:
         ca = ca_all  # (almost) always recovering: BBRv1 in a small buffer
     # Levels from the pipe estimate: unlike raw BiF it is a window even inside a recovery.
-    ps = lowpass(p.pipe, DT, 1.0 / rtt)
+    ps = lowpass(p.pipe, p.dt, 1.0 / rtt)
     pca = ps[i0:i1]
+    peak_segments = float(np.percentile(pca, 95)) * p.bdp / p.mss
+    if peak_segments < MIN_WINDOW_SEGMENTS:
+        raise InsufficientData(
+            f"the window held at most {peak_segments:.1f} segments after slow start (BDP "
+            f"{p.bdp / p.mss:.1f} segments): too few to show how a congestion controller grows it"
+        )
     level = float(np.median(pca))
     plats = find_plateaus(ps, p.t, rtt, ss_end, ca_end)
     beta_ss = first_loss_beta(p, ps, backoffs)
@@ -808,9 +868,9 @@ def analyse(tr: Trace) -> TraceAnalysis:
     n_rtt = ca_len / rtt
     retx_ca = int(np.sum((p.retransmits >= ss_end) & (p.retransmits <= ca_end)))
     pk_ca = max(1.0, p.packets * ca_len / max(float(p.t[-1]), 1e-9))
-    d = np.gradient(ca, DT) * rtt if len(ca) > 1 else np.zeros(1)  # BDP per RTT
+    d = np.gradient(ca, p.dt) * rtt if len(ca) > 1 else np.zeros(1)  # BDP per RTT
     # the BBRv1 detector reads the same spectrum of the same stretch: computed once
-    p.cache[("period", i0, i1)] = per8 = periodicity(ca_all, rtt, 6.0, 10.5)
+    p.cache[("period", i0, i1)] = per8 = periodicity(ca_all, rtt, 6.0, 10.5, p.dt)
     p8 = per8[1]
     # ssthresh from the pipe: 2-4 RTT into each recovery the pipe sits at the reduced window
     beta_pipe, plateau = [], []
@@ -833,52 +893,55 @@ def analyse(tr: Trace) -> TraceAnalysis:
     queue = float(np.clip((late - 1.0) * p.bdp / p.mss, -100.0, 400.0))
     pca_late = pca[int(0.4 * len(pca)) :]
     q_eq = settled_queue(pca_late, p.bdp / p.mss)
-    q_crest = held_crest(pca_late, p.bdp / p.mss, round(rtt / DT))
+    q_crest = held_crest(pca_late, p.bdp / p.mss, round(rtt / p.dt))
     nan = math.nan  # "not measurable in this trace": the classifier marginalises it out
     ss_peak = float(np.max(p.smooth[: max(1, i0)]))
     seg_time = sum(sg.end - sg.start for sg in segs)
-    f = np.array(
-        [
-            _median(betas, nan),
-            float(q[1] - q[0]) if len(betas) >= 2 else nan,
-            _median(growth, nan),
-            math.log(max(_median(seg_rtts, nan), 1.0)) if seg_rtts else nan,
-            100.0 * len([b for b in ca_backoffs if b.cause == "loss"]) / n_rtt,
-            100.0 * retx_ca / pk_ca,
-            math.log(max(level, 0.01)),
-            math.log(max(float(np.percentile(pca, 10)), 0.01)),
-            math.log(max(float(np.percentile(pca, 90)), 0.01)),
-            min(float(np.std(pca) / max(level, 1e-9)), 3.0),
-            _median([float(s.degree) for s in segs], nan),
-            float(np.median(c3[:, 0])) if len(c3) else nan,
-            float(np.median(c3[:, 1])) if len(c3) else nan,
-            float(np.median(c3[:, 2])) if len(c3) else nan,
-            _median(curv, nan),
-            100.0 * len([b for b in ca_backoffs if b.cause == "drop"]) / n_rtt,
-            p8,
-            float(np.mean(np.abs(d) < 0.04)),
-            math.log(max((ss_end - float(p.t[0])) / rtt, 1.0)),
-            1.0 - float(np.mean(keep[i0:i1])) if i1 > i0 else 0.0,
-            math.log1p(_median(episode_retx, 0.0)),
-            min(p.goodput_bps / p.rate_bps, 2.0) if p.rate_bps > 0 else 0.0,
-            _median(beta_pipe, nan),
-            _median(plateau, nan),
-            math.log(max(ss_peak, 0.01)),
-            _median(plat_ratios, nan),
-            min(plats[0] / max(ss_peak, 1e-9), 1.5) if plats else nan,
-            float(len(plats)) * 100.0 / n_rtt,
-            collapse,
-            min(seg_time / max(ca_len, 1e-9), 1.0),
-            beta_ss,
-            queue,
-            100.0 * pulses.count / n_rtt,
-            pulses.rise,
-            pulses.top,
-            pulses.gain,
-            q_eq,
-            pulses.slope,
-            early_growth(p, ps, segs),
-            q_crest,
-        ]
-    )
-    return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, f, keep)
+    f: dict[str, float] = {
+        "beta": _median(betas, nan),
+        "beta_spread": float(q[1] - q[0]) if len(betas) >= 2 else nan,
+        "growth": _median(growth, nan),
+        "log_seg_rtts": math.log(max(_median(seg_rtts, nan), 1.0)) if seg_rtts else nan,
+        "backoffs_per_100rtt": 100.0 * len([b for b in ca_backoffs if b.cause == "loss"]) / n_rtt,
+        "loss_per_100pkt": 100.0 * retx_ca / pk_ca,
+        "level": math.log(max(level, 0.01)),
+        "level_p10": math.log(max(float(np.percentile(pca, 10)), 0.01)),
+        "level_p90": math.log(max(float(np.percentile(pca, 90)), 0.01)),
+        "cv": min(float(np.std(pca) / max(level, 1e-9)), 3.0),
+        "deg_mean": _median([float(s.degree) for s in segs], nan),
+        "c3_a": float(np.median(c3[:, 0])) if len(c3) else nan,
+        "c3_b": float(np.median(c3[:, 1])) if len(c3) else nan,
+        "c3_c": float(np.median(c3[:, 2])) if len(c3) else nan,
+        "curv": _median(curv, nan),
+        "drops_per_100rtt": 100.0 * len([b for b in ca_backoffs if b.cause == "drop"]) / n_rtt,
+        "p8_share": p8,
+        "flat_frac": float(np.mean(np.abs(d) < 0.04)),
+        "ss_rtts": math.log(max((ss_end - float(p.t[0])) / rtt, 1.0)),
+        "recovery_frac": 1.0 - float(np.mean(keep[i0:i1])) if i1 > i0 else 0.0,
+        "log_retx_per_episode": math.log1p(_median(episode_retx, 0.0)),
+        "utilisation": min(p.goodput_bps / p.rate_bps, 2.0) if p.rate_bps > 0 else 0.0,
+        "beta_pipe": _median(beta_pipe, nan),
+        "plateau": _median(plateau, nan),
+        "ss_peak": math.log(max(ss_peak, 0.01)),
+        "plateau_ratio": _median(plat_ratios, nan),
+        "first_plateau": min(plats[0] / max(ss_peak, 1e-9), 1.5) if plats else nan,
+        "plateaus_per_100rtt": float(len(plats)) * 100.0 / n_rtt,
+        "pipe_collapse": collapse,
+        "seg_share": min(seg_time / max(ca_len, 1e-9), 1.0),
+        "beta_ss": beta_ss,
+        "queue_pkts": queue,
+        "pulses_per_100rtt": 100.0 * pulses.count / n_rtt,
+        "pulse_rise": pulses.rise,
+        "pulse_top": pulses.top,
+        "pulse_gain": pulses.gain,
+        "queue_eq": q_eq,
+        "probe_slope": pulses.slope,
+        "early_growth": early_growth(p, ps, segs),
+        "queue_crest": q_crest,
+        # the path itself, in the trace's own units: a CCA's shape depends on it (a window of
+        # 6 segments cannot show a cubic curve), so the model reads each shape beside its path
+        "ctx_rtt": math.log(rtt * 1000.0),
+        "ctx_bdp_pkts": math.log(max(p.bdp / p.mss, 0.1)),
+        "ctx_sack": 1.0 if p.sack else 0.0,
+    }
+    return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, {k: float(v) for k, v in f.items()}, keep)

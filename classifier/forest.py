@@ -121,8 +121,12 @@ class RandomForest:
         self.right = np.zeros(0, dtype=np.int64)
         self.value = np.zeros((0, 0))
         self.roots = np.zeros(0, dtype=np.int64)
+        self.oob_proba_ = np.zeros((0, 0))  # fit() only: out-of-bag class shares per training row
 
-    def fit(self, X: np.ndarray, y: Sequence[str]) -> RandomForest:
+    def fit(self, X: np.ndarray, y: Sequence[str], groups: Sequence[str] | None = None) -> RandomForest:
+        """Grow the trees. With `groups` (e.g. the network draw each row was measured on) every
+        tree's bootstrap draws whole groups, so `oob_proba_` (each row's class shares from the
+        trees that never saw its group) is what a path never trained on gets."""
         X = _fill(X)
         self.classes_ = sorted(set(y))
         yi = np.array([self.classes_.index(v) for v in y], dtype=np.int64)
@@ -132,11 +136,26 @@ class RandomForest:
             max(1, round(math.sqrt(p))) if self.max_features == "sqrt" else int(self.max_features)  # type: ignore[arg-type]
         )
         rng = np.random.default_rng(self.seed)
+        if groups is None:
+            gi = np.arange(n)
+        else:
+            names = sorted(set(groups))
+            pos = {g: i for i, g in enumerate(names)}
+            gi = np.array([pos[g] for g in groups], dtype=np.int64)
+        n_groups = int(gi.max()) + 1 if n else 0
+        members = [np.flatnonzero(gi == g) for g in range(n_groups)] if groups is not None else None
+        in_bag = np.zeros((self.n_trees, n), dtype=bool)
         feats, thrs, lefts, vals, roots = [], [], [], [], []
         off = 0
-        for _ in range(self.n_trees):
+        for ti in range(self.n_trees):
             b = _TreeBuilder(X, yi, len(self.classes_), mf, self.min_leaf, self.max_depth, rng)
-            b.build(np.sort(rng.integers(0, n, n)))  # bootstrap sample
+            if members is None:
+                sample = np.sort(rng.integers(0, n, n))  # bootstrap sample
+            else:
+                picked = rng.integers(0, n_groups, n_groups)
+                sample = np.sort(np.concatenate([members[g] for g in picked]))
+            in_bag[ti, sample] = True
+            b.build(sample)
             roots.append(off)
             feats += b.feature
             thrs += b.threshold
@@ -149,6 +168,12 @@ class RandomForest:
         self.right = _right_children(self.feature, self.left)
         self.value = np.asarray(vals, dtype=np.float64)
         self.roots = np.asarray(roots, dtype=np.int64)
+        leaf_values = self.value[self.leaves(X)]  # (rows, trees, classes)
+        oob = ~in_bag.T
+        counts = oob.sum(axis=1, keepdims=True)
+        shares = (leaf_values * oob[:, :, None]).sum(axis=1)
+        # a row every tree saw (rare: tiny data) falls back to the whole forest's vote
+        self.oob_proba_ = np.where(counts > 0, shares / np.maximum(counts, 1), leaf_values.mean(axis=1))
         return self
 
     def leaves(self, X: np.ndarray) -> np.ndarray:

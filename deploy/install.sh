@@ -15,6 +15,7 @@ fi
 APT_PKGS=(iproute2 nftables iputils-ping procps openssl curl ca-certificates
           build-essential pkg-config python3 python3-venv tshark
           clang bpftool libelf-dev zlib1g-dev postgresql redis-server
+          nginx-light ethtool
           cmake)  # cmake: quiche builds its vendored BoringSSL with it
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -25,7 +26,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   # tshark asks whether non-root users may capture; the answer does not matter here.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  # nginx is a lab server started in a lab namespace on demand, never the machine's own
+  # service: keep its package from starting one on port 80.
+  rcd=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; rcd=1; fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  [ "$rcd" = 1 ] && rm -f /usr/sbin/policy-rc.d
+fi
+if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled nginx >/dev/null 2>&1; then
+  systemctl disable --now nginx >/dev/null 2>&1 || true
 fi
 [ -e /dev/net/tun ] || { mkdir -p /dev/net; mknod /dev/net/tun c 10 200; chmod 600 /dev/net/tun; }
 
@@ -41,6 +50,8 @@ cargo build --release --quiet --manifest-path capture/link/Cargo.toml
 
 log "building lab/ccas (BPF congestion-control zoo and its loader)"
 lab/ccas/build.sh
+log "building lab/shim (per-listener CCA for nginx)"
+lab/shim/build.sh
 
 # The QUIC client (capture/quic) and the lab's quiche server (lab/quic/quiche-server) share one
 # target directory, so quiche and the BoringSSL it vendors (built with cmake) compile once: the

@@ -46,6 +46,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    f"{','.join(c.name for c in REGISTRY)})")  # fmt: skip
     q.add_argument("--mtu", type=int, default=1500)
     q.add_argument(
+        "--initcwnd", type=int, metavar="SEGS", help="servers' initial window (default: kernel's 10)"
+    )
+    q.add_argument("--gso", choices=("on", "off"), help="GSO on the servers' device (default: kernel's, on)")
+    q.add_argument("--mss", type=int, metavar="BYTES", help="TCP_MAXSEG of every listener")
+    q.add_argument("--nginx", action="store_true", help="also serve every CCA with nginx on :8080 (HTTP)")
+    q.add_argument("--cross-sources", action="store_true",
+                   help="run TCP (reno/cubic/bbr) and UDP cross-traffic sources on 198.18.N.2")  # fmt: skip
+    q.add_argument(
         "--quic",
         nargs="?",
         const="all",
@@ -100,6 +108,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         ccas=tuple(c.strip() for c in args.ccas.split(",") if c.strip()),
         mtu=args.mtu,
         instance=args.instance,
+        initcwnd=args.initcwnd,
+        gso=None if args.gso is None else args.gso == "on",
+        mss=args.mss,
+        nginx=args.nginx,
+        cross_sources=args.cross_sources,
         quic=tuple(q.strip() for q in (args.quic or "").split(",") if q.strip()),
     )
     lab = Lab(args.state_dir)
@@ -110,7 +123,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     verb = "started" if st.get("changed") else "already up (unchanged)"
     print(f"lab {verb}: {_path_summary(st['params'])}")
     for s in st["servers"]:
-        print(f"  {s['cca']:>8}  {s['addr']:<14} {s['https_url']}")
+        extra = f"  http://{s['hostname']}:{s['nginx_port']}/ (nginx)" if s.get("nginx_port") else ""
+        print(f"  {s['cca']:>8}  {s['addr']:<14} {s['https_url']}{extra}")
     for q in st.get("quic_servers") or []:
         print(f"  {q['label']:>16}  {q['addr']:<14} {q['https_url']} (HTTP/3)")
     print(f"hosts file: {st['hosts_file']}\nCA:         {st['ca_file']}")

@@ -395,3 +395,33 @@ def _corr(a: np.ndarray, b: np.ndarray) -> float | None:
     if len(a) < 3 or float(a.std()) == 0.0 or float(b.std()) == 0.0:
         return None
     return round(float(np.corrcoef(a, b)[0, 1]), 4)
+
+
+def pipe_trace(truth: Trace, like: Trace | None = None) -> Trace:
+    """The server's own pipe as a trace the classifier reads like a measured one: `bif` is the
+    kernel's packets in flight, (unacked − sacked − lost + retrans) × MSS, sampled every
+    millisecond, with no `sacked` column (so `Trace.pipe` is that series). `like` (the measured
+    sender-aligned trace of the same download) lends its profile, RTTs and URL, so features are
+    read on the same scale. The truth's own BiF stays beside it as `bif_truth`."""
+    pipe = truth.columns.get("in_flight")
+    if pipe is None:
+        raise LabError("the ground truth carries no in-flight column")
+    keep = ("cwnd_bytes", "pacing_rate", "srtt_ms", "delivery_rate", "ca_state")
+    cols = {"bif_truth": truth.bif, **{k: truth.columns[k] for k in keep if k in truth.columns}}
+    return Trace(
+        flow=truth.flow,
+        t=truth.t,
+        bif=np.maximum(pipe, 0),
+        start_time=truth.start_time,
+        source="lab-groundtruth",
+        profile=like.profile if like is not None else None,
+        base_rtt_ms=like.base_rtt_ms if like is not None else truth.base_rtt_ms,
+        internet_rtt_ms=like.internet_rtt_ms if like is not None else None,
+        bytes_acked=truth.bytes_acked,
+        object_url=like.object_url if like is not None else truth.object_url,
+        partial=truth.partial or (like.partial if like is not None else False),
+        alignment="sender",
+        columns=cols,
+        events=dict(truth.events),
+        extra={**truth.extra, "series": "pipe: (unacked - sacked - lost + retrans) x mss, TCP_INFO"},
+    )

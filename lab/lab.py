@@ -41,6 +41,7 @@ from ccscope.lab.registry import (
     LAB_DOMAIN,
     LAB_PREFIX,
     MAX_INSTANCE,
+    infra_addr,
     is_lab_address,
     lab_cca,
     lab_prefix,
@@ -62,6 +63,8 @@ __all__ = [
 ]
 
 DEFAULT_STATE_DIR = Path("/run/ccscope/lab")
+CROSS_UDP_PORT = 9000
+CROSS_TCP_PORTS = {"reno": 9001, "cubic": 9002, "bbr": 9003}
 STATE_VERSION = 1
 # Popen objects of processes this interpreter started: kept so they are reaped, not leaked as
 # zombies, when up() and down() run in one process (tests, `ccscope demo`).
@@ -145,6 +148,13 @@ class LabParams:
     # Extra site names served by a CCA's server, (hostname, cca): a census needs many sites, and
     # real ones share a CCA. One label under lab.test, so the lab's wildcard certificate fits.
     sites: tuple[tuple[str, str], ...] = ()
+    # Server settings (classifier/conditions.py's server group), applied in the lab's namespace:
+    initcwnd: int | None = None  # initial congestion window, segments (None: the kernel's 10)
+    gso: bool | None = None  # GSO on the servers' device (None: the kernel's default, on)
+    mss: int | None = None  # TCP_MAXSEG of every listener (None: from the path MTU)
+    nginx: bool = False  # also serve every CCA with nginx (HTTP, sendfile) on port 8080
+    nginx_root: str | None = None  # where nginx's obj/<N> files are (default /var/tmp/ccscope-objects)
+    cross_sources: bool = False  # TCP (reno/cubic/bbr) and UDP cross-traffic sources on 198.18.N.2
     # QUIC servers beside the TCP ones (lab/quic): labels like quiche:cubic, or ("all",)
     quic: tuple[str, ...] = ()
 
@@ -178,6 +188,10 @@ class LabParams:
             raise LabError(f"lab instance must be in 0..{MAX_INSTANCE}")
         if self.large_bytes < 400_000:
             raise LabError("the /large object must be at least 400 KB")
+        if self.initcwnd is not None and not 1 <= self.initcwnd <= 1000:
+            raise LabError("initcwnd must be in 1..1000 segments")
+        if self.mss is not None and not 88 <= self.mss <= 9000:
+            raise LabError("mss must be in 88..9000 bytes")
 
     def link_args(self) -> list[str]:
         a = ["--delay", f"{self.delay_ms:g}", "--rate", self.rate, "--mtu", str(self.mtu)]
@@ -230,6 +244,7 @@ class LabServerInfo:
     http_url: str
     https_url: str
     kernel_cca: str
+    nginx_port: int = 0  # >0: nginx serves this CCA at http://<addr>:<port>/ too
 
 
 @dataclass
@@ -304,6 +319,11 @@ class Lab:
             return []
         return [LabServerInfo(**s) for s in st["servers"]]
 
+    def cross_sources(self) -> dict[str, Any] | None:
+        """Address and ports of the cross-traffic sources, when the lab runs them."""
+        st = self.state()
+        return (st or {}).get("cross_sources")
+
     def up(self, params: LabParams | None = None, *, timeout: float = 30.0) -> dict[str, Any]:
         """Bring the lab up (no-op if already up and healthy with the same parameters)."""
         params = params or LabParams()
@@ -336,6 +356,8 @@ class Lab:
     # -- up --
 
     def _up(self, params: LabParams, timeout: float) -> dict[str, Any]:
+        from ccscope.capture.shell import link_argv
+
         link = _link_binary()
         prefix = lab_prefix(params.instance)
         _check_prefix_free(prefix)
@@ -348,6 +370,9 @@ class Lab:
         self.gt_dir.mkdir(parents=True, exist_ok=True)
         self._write_hosts(specs, params.sites, [(q.addr_in(params.instance), q.hostname) for q in quic])
         cross_port = _free_udp_port() if params.cross_traffic_kbit > 0 else 0
+        xaddr = infra_addr(params.instance) if params.cross_sources else None
+        from ccscope.lab.nginx import DEFAULT_OBJECT_ROOT, NGINX_PORT
+
         cfg = ServerConfig(
             servers=[ListenerSpec(cca=s.name, addr=s.addr, kernel_cca=s.kernel) for s in specs]
             + _quic_companions(quic, params.instance),
@@ -357,6 +382,15 @@ class Lab:
             large_bytes=params.large_bytes,
             cross_traffic_kbit=params.cross_traffic_kbit,
             cross_traffic_port=cross_port,
+            initcwnd=params.initcwnd,
+            gso=params.gso,
+            mss=params.mss,
+            nginx_port=NGINX_PORT if params.nginx else 0,
+            nginx_dir=str(self.dir / "nginx"),
+            nginx_root=params.nginx_root or str(DEFAULT_OBJECT_ROOT),
+            cross_addr=xaddr,
+            cross_udp_port=CROSS_UDP_PORT if xaddr else 0,
+            cross_tcp_ports=dict(CROSS_TCP_PORTS) if xaddr else None,
         )
         cfg.save(self.config_file)
         for stale in (self.cross_stats, self.link_stats):
@@ -372,12 +406,15 @@ class Lab:
             server_cmd = quic_lab.wrap(qcfg, server_cmd)
         tables_before = _nft_tables()
         r, w = os.pipe()
-        argv = [
-            str(link), *params.link_args(), "--route", prefix,
-            *[a for s in specs for a in ("--inner-addr", f"{s.addr}/32")],
-            *[a for q in quic_addrs for a in ("--inner-addr", f"{q}/32")],
-            "--stats", str(self.link_stats), "--ready-fd", str(w), "--", *server_cmd,
-        ]  # fmt: skip
+        argv = link_argv(
+            [*params.link_args(), "--route", prefix,
+             *[a for s in specs for a in ("--inner-addr", f"{s.addr}/32")],
+             *(["--inner-addr", f"{xaddr}/32"] if xaddr else []),
+             *[a for q in quic_addrs for a in ("--inner-addr", f"{q}/32")],
+             "--stats", str(self.link_stats), "--ready-fd", str(w)],
+            server_cmd,
+            keep_root=True,  # the server sets CCAs, real-time priority and its namespace's routes
+        )  # fmt: skip
         with self.log_file.open("wb") as log:
             try:
                 proc = _spawn(argv, log, pass_fds=(w,))
@@ -390,7 +427,15 @@ class Lab:
             "params": params.to_dict(),
             "pids": {"link": _proc_id(proc.pid)},
             "pgid": proc.pid,
-            "servers": [asdict(_server_info(s.name, s.addr, s.kernel)) for s in specs],
+            "servers": [
+                {**asdict(_server_info(s.name, s.addr, s.kernel)), "nginx_port": cfg.nginx_port}
+                for s in specs
+            ],
+            "cross_sources": (
+                {"addr": xaddr, "udp_port": cfg.cross_udp_port, "tcp_ports": cfg.cross_tcp_ports}
+                if xaddr
+                else None
+            ),
             "quic_servers": _quic_infos(quic, params.instance),
             "hosts_file": str(self.hosts_file),
             "ca_file": str(certs.ca_cert),
@@ -919,6 +964,13 @@ def _check_server(srv: dict[str, Any], tls: ssl.SSLContext | None, timeout: floa
                                 timeout=timeout)  # fmt: skip
             if st != 200:
                 res["error"] = f"https /health: status {st}"
+                return res
+        if srv.get("nginx_port"):
+            st, _, _ = http_get(
+                srv["addr"], srv["nginx_port"], "/health", host=srv["hostname"], timeout=timeout
+            )
+            if st != 200:
+                res["error"] = f"nginx /health: status {st}"
                 return res
         res["ok"] = True
     except (OSError, ssl.SSLError, ValueError) as e:

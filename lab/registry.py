@@ -27,6 +27,16 @@ def lab_prefix(instance: int = 0) -> str:
     return f"198.18.{instance}.0/24"
 
 
+CROSS_HOST = 2  # the cross-traffic sources' address: 198.18.N.2
+
+
+def infra_addr(instance: int = 0, host: int = CROSS_HOST) -> str:
+    """An infrastructure address (.1-.10) of a lab instance."""
+    if not 1 <= host < _FIRST_HOST:
+        raise ValueError(f"infrastructure hosts are .1-.{_FIRST_HOST - 1}")
+    return str(ipaddress.ip_network(lab_prefix(instance)).network_address + host)
+
+
 @dataclass(frozen=True)
 class LabCCA:
     name: str  # the lab's name for it: hostname, ground-truth directory, label

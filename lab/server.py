@@ -6,8 +6,16 @@ getsockopt(TCP_INFO) every millisecond from accept until its last response is fu
 acknowledged; the samples become `groundtruth/<cca>/<start_ns>_<client>_<port>.csv` plus a
 JSON sidecar, written once the connection is over.
 
-Routes: `/obj/<bytes>` (deterministic content, see content.py), `/large`, `/`, `/health`.
+Routes: `/obj/<bytes>` (deterministic content, see content.py; `?rate=B&after=N` caps the send
+rate at B bytes/s after the first N bytes: application-limited sends), `/large`, `/`, `/health`.
 HTTP/1.1 with keep-alive, one thread per connection, written for clients that vanish mid-way.
+
+Server settings of the condition space are applied here, in the lab's namespace, before the
+listeners open: the initial window (`initcwnd` on the namespace's routes), GSO on the
+namespace's device (its TUN has no TSO: checksum offload is fixed off, so GSO is what can change)
+and the MSS (TCP_MAXSEG on every listener). The server also starts, as its children in the same
+namespace, nginx (lab/nginx.py) with its ground-truth sampler (lab/diag.py) and the cross-traffic
+sources (lab/crosstraffic.py) when the config asks for them.
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ import signal
 import socket
 import ssl
 import struct
+import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,6 +95,15 @@ class ServerConfig:
     cross_traffic_kbit: float = 0.0
     cross_traffic_port: int = 0
     cross_traffic_target: str | None = None  # default: $CCSCOPE_SHELL_OUTER_ADDR
+    initcwnd: int | None = None  # initial window (segments) on the namespace's default route
+    gso: bool | None = None  # GSO on the namespace's device; None leaves the kernel's default
+    mss: int | None = None  # TCP_MAXSEG on every listener (the MSS the server sends with)
+    nginx_port: int = 0  # >0: nginx listens on every server address at this port (HTTP)
+    nginx_dir: str | None = None  # its config, logs and pid
+    nginx_root: str | None = None  # the directory holding obj/<N>
+    cross_addr: str | None = None  # cross-traffic sources' address (in the lab's prefix)
+    cross_udp_port: int = 0
+    cross_tcp_ports: dict[str, int] | None = None  # cca -> port
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -368,6 +387,8 @@ class LabServer:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 tcpinfo.set_cca(s, spec.kernel)  # accepted sockets inherit it; checked again there
+                if self.cfg.mss:
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, self.cfg.mss)
                 try:
                     s.bind((spec.addr, port))
                 except OSError as e:
@@ -530,7 +551,8 @@ class LabServer:
     def _respond(self, sock: socket.socket, spec: ListenerSpec, scheme: str, req_line: str,
                  headers: dict[str, str]) -> tuple[Request, bool]:  # fmt: skip
         method, target, version = req_line.split(" ", 2)
-        path = target.split("?", 1)[0]
+        path, _, query = target.partition("?")
+        rate, after = _app_limit(query)
         run_id = headers.get("x-ccscope-run")
         if run_id is not None and not _RUN_ID_RE.match(run_id):
             run_id = None
@@ -573,7 +595,7 @@ class LabServer:
                 if body is not None:
                     sock.sendall(body)
                 else:
-                    for chunk in iter_object(size):
+                    for chunk in _paced(iter_object(size), rate, after):
                         if self._stopping.is_set():
                             raise ClientGone("server stopping")
                         sock.sendall(chunk)
@@ -655,6 +677,45 @@ class LabServer:
                  self._stopping, on_sent=count)  # fmt: skip
 
 
+def _app_limit(query: str) -> tuple[int, int]:
+    """`rate` (bytes/s, 0 = no cap) and `after` (bytes sent before the cap starts) of a query."""
+    q = urllib.parse.parse_qs(query)
+
+    def num(k: str) -> int:
+        v = q.get(k, ["0"])[0]
+        return int(v) if v.isdigit() and len(v) < 12 else 0
+
+    return num("rate"), num("after")
+
+
+def _paced(chunks: Iterable[memoryview], rate: int, after: int) -> Iterator[memoryview]:
+    """The chunks as they are, up to byte `after`; from there in 10 ms slices no faster than
+    `rate` bytes/s (the application, not the CCA, decides how fast data leaves)."""
+    if rate <= 0:
+        yield from chunks
+        return
+    step = max(1, rate // 100)
+    sent = 0
+    t0: float | None = None
+    limited = 0
+    for chunk in chunks:
+        off = 0
+        while off < len(chunk):
+            if sent < after:
+                n = min(len(chunk) - off, after - sent)
+            else:
+                if t0 is None:
+                    t0 = time.monotonic()
+                n = min(len(chunk) - off, step)
+                ahead = t0 + (limited + n) / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+                limited += n
+            yield chunk[off : off + n]
+            off += n
+            sent += n
+
+
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 
 
@@ -700,6 +761,100 @@ def _send_simple(sock: socket.socket, status: int, text: str, *, close: bool) ->
         sock.sendall(head + body)
 
 
+# --- the namespace's server settings and the other programs in it ------------------------
+
+
+def _sh(argv: list[str]) -> str:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {(r.stderr or r.stdout).strip()}")
+    return r.stdout
+
+
+def shell_device() -> str | None:
+    """The lab shell's inner device (the servers' way out), from the emulator's environment."""
+    idx = os.environ.get("CCSCOPE_SHELL_INDEX")
+    return f"ccs{idx}i" if idx and idx.isdigit() else None
+
+
+def apply_namespace_settings(cfg: ServerConfig) -> list[str]:
+    """initcwnd on the namespace's routes and GSO on its device; raises RuntimeError if the kernel
+    refuses (a lab must not run with settings it did not get)."""
+    notes = []
+    if cfg.initcwnd is not None:
+        # Every route: clients reach the servers through the shell's NAT, so replies go to the
+        # shell's outer address over the connected route, not the default one.
+        routes = json.loads(_sh(["ip", "-j", "route", "show"]) or "[]")
+        if not routes:
+            raise RuntimeError("initcwnd: the namespace has no routes")
+        for r in routes:
+            argv = ["ip", "route", "change", r["dst"]]
+            for key, opt in (("gateway", "via"), ("dev", "dev"), ("protocol", "proto"), ("scope", "scope"),
+                             ("prefsrc", "src")):  # fmt: skip
+                if r.get(key):
+                    argv += [opt, str(r[key])]
+            _sh([*argv, "initcwnd", str(cfg.initcwnd)])
+        shown = "; ".join(_sh(["ip", "route", "show"]).strip().splitlines())
+        notes.append(f"initcwnd {cfg.initcwnd} on every route: {shown}")
+    if cfg.gso is not None:
+        dev = shell_device()
+        if dev is None:
+            raise RuntimeError("gso: not inside a ccscope-link shell (no CCSCOPE_SHELL_INDEX)")
+        _sh(["ethtool", "-K", dev, "gso", "on" if cfg.gso else "off"])
+        state = [ln.strip() for ln in _sh(["ethtool", "-k", dev]).splitlines()
+                 if ln.startswith(("generic-segmentation", "tcp-segmentation"))]  # fmt: skip
+        notes.append(f"{dev}: {'; '.join(state)}")
+    return notes
+
+
+def start_children(cfg: ServerConfig) -> list[subprocess.Popen[bytes]]:
+    """nginx and its ground-truth sampler, and the cross-traffic sources, as configured."""
+    out: list[subprocess.Popen[bytes]] = []
+    here = Path(cfg.nginx_dir or cfg.groundtruth_dir).parent
+    if cfg.nginx_port:
+        from ccscope.lab import nginx
+
+        ndir = Path(cfg.nginx_dir or here / "nginx")
+        addrs = [sp.addr for sp in cfg.servers]
+        conf, access = nginx.write_conf(ndir, addrs, Path(cfg.nginx_root or nginx.DEFAULT_OBJECT_ROOT),
+                                        port=cfg.nginx_port)  # fmt: skip
+        access.unlink(missing_ok=True)
+        out.append(nginx.start(conf, {sp.addr: sp.kernel for sp in cfg.servers}, mss=cfg.mss,
+                               log=ndir / "nginx.out"))  # fmt: skip
+        cmap = ",".join(f"{sp.addr}={sp.cca}" for sp in cfg.servers)
+        out.append(_child([sys.executable, "-m", "ccscope.lab.diag", "sample", "--groundtruth",
+                           cfg.groundtruth_dir, "--ports", str(cfg.nginx_port), "--map", cmap,
+                           "--access-log", str(access)], ndir / "diag.log"))  # fmt: skip
+    if cfg.cross_addr and (cfg.cross_udp_port or cfg.cross_tcp_ports):
+        tcp = ",".join(f"{c}={p}" for c, p in (cfg.cross_tcp_ports or {}).items())
+        out.append(_child([sys.executable, "-m", "ccscope.lab.crosstraffic", "serve", "--addr",
+                           cfg.cross_addr, "--udp-port", str(cfg.cross_udp_port), "--tcp", tcp],
+                          here / "cross-sources.log"))  # fmt: skip
+    time.sleep(0.3)
+    for p in out:
+        if p.poll() is not None:
+            raise RuntimeError(f"{p.args[0] if isinstance(p.args, list) else p.args} exited at start "
+                               f"(status {p.returncode}); see the logs in {here}")  # fmt: skip
+    return out
+
+
+def _child(argv: list[str], logf: Path) -> subprocess.Popen[bytes]:
+    logf.parent.mkdir(parents=True, exist_ok=True)
+    with logf.open("ab") as f:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    for p in children:
+        with contextlib.suppress(OSError):
+            p.terminate()
+    for p in children:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ccscope.lab.server")
     ap.add_argument("--config", required=True, help="server config JSON (written by `lab up`)")
@@ -712,11 +867,16 @@ def main(argv: list[str] | None = None) -> int:
     # The sampler must not wait a whole 5 ms GIL switch interval behind a busy handler thread.
     sys.setswitchinterval(0.0005)
     block()  # build the content block now, not while the first connection is being sampled
+    children: list[subprocess.Popen[bytes]] = []
     try:
+        for note in apply_namespace_settings(cfg):
+            log(note)
         server = LabServer(cfg)
         server.bind()
-    except (OSError, ssl.SSLError) as e:
+        children = start_children(cfg)
+    except (OSError, ssl.SSLError, RuntimeError) as e:
         log(f"error: {e}")
+        _stop_children(children)
         return 2
     done = threading.Event()
 
@@ -730,6 +890,7 @@ def main(argv: list[str] | None = None) -> int:
     while not done.wait(1.0):
         pass
     log("stopping")
+    _stop_children(children)
     server.stop()
     return 0
 

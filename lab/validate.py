@@ -458,17 +458,11 @@ class Ctx:
             ]
             parts.append(f"(sleep {f.start_s:g}; exec {shlex.join(fetch)}) &")
         parts.append("wait")
-        argv = [
-            str(self.link),
-            "--quiet",
-            "--hosts",
-            str(self.hosts),
-            *path.link_args(),
-            "--",
-            "/bin/sh",
-            "-c",
-            "\n".join(parts),
-        ]
+        from ccscope.capture.shell import link_argv
+
+        argv = link_argv(
+            ["--quiet", "--hosts", str(self.hosts), *path.link_args()], ["/bin/sh", "-c", "\n".join(parts)]
+        )
         t0 = time.monotonic()
         # Clients that resolve lab names themselves must use this lab's hosts file too (the
         # shell's --hosts and $CCSCOPE_LAB_DIR agree), not whichever lab is the default.

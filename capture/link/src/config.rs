@@ -166,11 +166,54 @@ impl BufferLimit {
     }
 }
 
+/// Gilbert–Elliott parameters (netem's gemodel): per-packet transition
+/// probabilities good->bad `p` and bad->good `r`, loss in each state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GeParams {
+    pub p: f64,
+    pub r: f64,
+    pub bad_loss: f64,
+    pub good_loss: f64,
+}
+
+impl GeParams {
+    /// `P,R[,BAD[,GOOD]]`; BAD defaults to 1, GOOD to 0.
+    pub fn parse(s: &str) -> Result<GeParams, String> {
+        let v: Vec<&str> = s.split(',').collect();
+        if !(2..=4).contains(&v.len()) {
+            return Err(format!("expected P,R[,BAD_LOSS[,GOOD_LOSS]], got {:?}", s));
+        }
+        let mut x = [0.0, 0.0, 1.0, 0.0];
+        for (i, part) in v.iter().enumerate() {
+            let f = parse_f64("gilbert-elliott parameter", part)?;
+            if !(0.0..=1.0).contains(&f) {
+                return Err(format!("probabilities must be in [0,1]: {:?}", s));
+            }
+            x[i] = f;
+        }
+        if x[1] <= 0.0 && x[0] > 0.0 {
+            return Err(format!("r (bad -> good) must be > 0 or the link stays bad forever: {:?}", s));
+        }
+        Ok(GeParams { p: x[0], r: x[1], bad_loss: x[2], good_loss: x[3] })
+    }
+
+    /// Long-run fraction of packets lost.
+    pub fn mean_loss(&self) -> f64 {
+        if self.p + self.r == 0.0 {
+            return self.good_loss;
+        }
+        (self.r * self.good_loss + self.p * self.bad_loss) / (self.p + self.r)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DirConfig {
     pub delay_ms: f64,
     pub jitter_ms: f64,
     pub loss: f64,
+    pub ge_loss: Option<GeParams>,
+    pub reorder: f64,
+    pub reorder_gap_ms: f64,
     pub rate: RateSpec,
     pub buffer: BufferSpec,
     pub drop_nth: Vec<u64>,
@@ -184,6 +227,9 @@ impl Default for DirConfig {
             delay_ms: 0.0,
             jitter_ms: 0.0,
             loss: 0.0,
+            ge_loss: None,
+            reorder: 0.0,
+            reorder_gap_ms: 1.0,
             rate: RateSpec::inf(),
             buffer: BufferSpec::Inf,
             drop_nth: Vec::new(),
@@ -253,6 +299,7 @@ usage: ccscope-link [OPTIONS] -- CMD [ARGS...]
        ccscope-link --check [OPTIONS]
 Link options (each also as --down-X / --up-X; plain sets both directions):
   --delay MS  --jitter MS  --loss P  --rate SPEC  --buffer SPEC
+  --ge-loss P,R[,BAD[,GOOD]]  --reorder P  --reorder-gap MS
   --drop-nth N[,N...]  --drop-window-over K  --per-flow
 Global: --seed N  --bdp-rtt MS  --mtu N  --no-sack  --pcap FILE  --stats FILE
   --route PREFIX  --inner-addr ADDR/PLEN  --hosts FILE  --no-nat  --quiet
@@ -420,8 +467,18 @@ fn parse_prefix(what: &str, s: &str, host_allowed: bool) -> Result<String, Strin
 }
 
 /// Options that take a value, and whether they have --down-/--up- forms.
-const DIR_VALUE_OPTS: &[&str] =
-    &["delay", "jitter", "loss", "rate", "buffer", "drop-nth", "drop-window-over"];
+const DIR_VALUE_OPTS: &[&str] = &[
+    "delay",
+    "jitter",
+    "loss",
+    "ge-loss",
+    "reorder",
+    "reorder-gap",
+    "rate",
+    "buffer",
+    "drop-nth",
+    "drop-window-over",
+];
 const DIR_FLAG_OPTS: &[&str] = &["per-flow"];
 const VALUE_OPTS: &[&str] =
     &["seed", "bdp-rtt", "mtu", "pcap", "stats", "route", "inner-addr", "hosts", "ready-fd"];
@@ -439,6 +496,21 @@ fn apply_dir(d: &mut DirConfig, name: &str, val: Option<&str>) -> Result<(), Str
                 return Err(format!("{}: probability must be in [0,1]: {}", opt, v));
             }
             d.loss = p;
+        }
+        "ge-loss" => d.ge_loss = Some(GeParams::parse(v).map_err(|e| format!("{}: {}", opt, e))?),
+        "reorder" => {
+            let p = parse_f64(&opt, v)?;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{}: probability must be in [0,1]: {}", opt, v));
+            }
+            d.reorder = p;
+        }
+        "reorder-gap" => {
+            let g = parse_ms(&opt, v)?;
+            if g <= 0.0 {
+                return Err(format!("{}: must be > 0 ms: {}", opt, v));
+            }
+            d.reorder_gap_ms = g;
         }
         "rate" => d.rate = parse_rate_spec(v).map_err(|e| format!("{}: {}", opt, e))?,
         "buffer" => d.buffer = parse_buffer(v).map_err(|e| format!("{}: {}", opt, e))?,
@@ -626,6 +698,20 @@ impl Config {
             .set("delay_ms", d.delay_ms)
             .set("jitter_ms", d.jitter_ms)
             .set("loss", d.loss)
+            .set(
+                "ge_loss",
+                match d.ge_loss {
+                    Some(g) => Json::obj()
+                        .set("p", g.p)
+                        .set("r", g.r)
+                        .set("bad_loss", g.bad_loss)
+                        .set("good_loss", g.good_loss)
+                        .set("mean_loss", g.mean_loss()),
+                    None => Json::Null,
+                },
+            )
+            .set("reorder", d.reorder)
+            .set("reorder_gap_ms", d.reorder_gap_ms)
             .set("rate", d.rate.to_json())
             .set("buffer", Json::obj().set("spec", d.buffer.describe()).set("limit", lim.to_json()))
             .set("drop_nth", d.drop_nth.clone())
@@ -764,6 +850,21 @@ mod tests {
     }
 
     #[test]
+    fn loss_models_and_reorder_options() {
+        let c = parse_args(&args("--down-ge-loss 0.01,0.25 --reorder 0.02 --up-reorder-gap 5 --check")).unwrap();
+        let g = c.down.ge_loss.unwrap();
+        assert_eq!((g.p, g.r, g.bad_loss, g.good_loss), (0.01, 0.25, 1.0, 0.0));
+        assert!((g.mean_loss() - 0.01 / 0.26).abs() < 1e-12);
+        assert!(c.up.ge_loss.is_none());
+        assert_eq!((c.down.reorder, c.up.reorder), (0.02, 0.02));
+        assert_eq!((c.down.reorder_gap_ms, c.up.reorder_gap_ms), (1.0, 5.0));
+        let g = GeParams::parse("0.1,0.5,0.8,0.001").unwrap();
+        assert_eq!((g.bad_loss, g.good_loss), (0.8, 0.001));
+        let j = c.to_json().to_string_compact();
+        assert!(j.contains(r#""reorder":0.02"#), "{}", j);
+    }
+
+    #[test]
     fn rejects_bad_options() {
         for bad in [
             "--delay",
@@ -786,6 +887,12 @@ mod tests {
             "--check -- ls",
             "--pcap=",
             "--route fd00::/64",
+            "--ge-loss 0.1",
+            "--ge-loss 0.1,0.2,0.3,0.4,0.5",
+            "--ge-loss 0.1,0",
+            "--ge-loss 1.5,0.2",
+            "--reorder 2",
+            "--reorder-gap 0",
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{:?} should fail", bad);
         }

@@ -6,12 +6,17 @@
 //! once and park it in a min-heap. The event loop only has to write packets
 //! whose release time has come.
 
+mod loss;
+mod reorder;
+
 use crate::config::{BufferLimit, DirConfig, Rate, RateSpec, StepDur};
 use crate::hist::Hist;
 use crate::json::Json;
 use crate::packet::FlowKey;
 use crate::rng::Rng;
 use std::cmp::Ordering;
+use loss::{Bernoulli, GilbertElliott, LossModel};
+use reorder::Reorder;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// Hard caps so a flood with an infinite buffer cannot exhaust memory.
@@ -172,7 +177,8 @@ pub struct Direction {
     delay_ns: u64,
     jitter_ns: f64,
     window_ns: u64,
-    loss_rng: Rng,
+    loss: Vec<Box<dyn LossModel>>,
+    reorder: Option<Reorder>,
     jitter_rng: Rng,
     shared: Queue,
     flows: HashMap<FlowKey, FlowState>,
@@ -186,15 +192,30 @@ pub struct Direction {
 
 impl Direction {
     pub fn new(cfg: &DirConfig, limit: BufferLimit, base_rtt_ms: f64, seed: u64) -> Direction {
+        // Streams are drawn in a fixed order, new models last, so a given
+        // --seed keeps its random-loss and jitter draws whatever else is on.
         let mut mix = Rng::new(seed);
+        let loss_rng = Rng::new(mix.next_u64());
+        let jitter_rng = Rng::new(mix.next_u64());
+        let ge_rng = Rng::new(mix.next_u64());
+        let reorder_rng = Rng::new(mix.next_u64());
+        let mut loss: Vec<Box<dyn LossModel>> = Vec::new();
+        if cfg.loss > 0.0 {
+            loss.push(Box::new(Bernoulli::new(cfg.loss, loss_rng)));
+        }
+        if let Some(ge) = cfg.ge_loss {
+            loss.push(Box::new(GilbertElliott::new(ge, ge_rng)));
+        }
+        let reorder = (cfg.reorder > 0.0).then(|| Reorder::new(cfg.reorder, cfg.reorder_gap_ms, reorder_rng));
         Direction {
             cfg: cfg.clone(),
             limit,
             delay_ns: (cfg.delay_ms * 1e6).round() as u64,
             jitter_ns: cfg.jitter_ms * 1e6,
             window_ns: (base_rtt_ms * 1e6).round() as u64,
-            loss_rng: Rng::new(mix.next_u64()),
-            jitter_rng: Rng::new(mix.next_u64()),
+            loss,
+            reorder,
+            jitter_rng,
             shared: Queue::default(),
             flows: HashMap::new(),
             heap: BinaryHeap::new(),
@@ -282,7 +303,13 @@ impl Direction {
             return Verdict::DropRule;
         }
 
-        if self.cfg.loss > 0.0 && self.loss_rng.next_f64() < self.cfg.loss {
+        // Every model sees every packet, so a burst's timing does not depend
+        // on what the other models dropped.
+        let mut lost = false;
+        for m in self.loss.iter_mut() {
+            lost |= m.drop_next();
+        }
+        if lost {
             self.stats.drops_loss += 1;
             return Verdict::DropLoss;
         }
@@ -322,9 +349,16 @@ impl Direction {
         } else {
             0
         };
-        // FIFO per queue: jitter may delay but never reorder.
-        let release = q.last_release.max(end.saturating_add(self.delay_ns).saturating_add(jitter));
-        q.last_release = release;
+        // FIFO per queue: jitter may delay but never reorder. Only a packet the
+        // reorder policy holds back leaves the order, and nothing waits for it.
+        let in_order = q.last_release.max(end.saturating_add(self.delay_ns).saturating_add(jitter));
+        let release = match self.reorder.as_mut().and_then(|r| r.hold_next()) {
+            Some(gap) => in_order.saturating_add(gap),
+            None => {
+                q.last_release = in_order;
+                in_order
+            }
+        };
 
         self.seq += 1;
         self.pending_bytes += len;
@@ -408,6 +442,8 @@ impl Direction {
             .set("configured_rate_pps", rate.pps())
             .set("flows", s.flows)
             .set("pending_at_exit", self.heap.len())
+            .set("loss_models", Json::Arr(self.loss.iter().map(|m| m.to_json()).collect()))
+            .set("reorder", self.reorder.as_ref().map(|r| r.to_json()).unwrap_or(Json::Null))
     }
 }
 
@@ -548,6 +584,69 @@ mod tests {
         assert_ne!(a, run(2));
         let n = a.iter().filter(|&&x| x).count();
         assert!((2700..3300).contains(&n), "{}", n);
+    }
+
+    #[test]
+    fn loss_seed_streams_unchanged_by_new_models() {
+        // Adding bursty loss must not move the random-loss draws of a seed.
+        let drops = |ge: bool| {
+            let c = DirConfig {
+                loss: 0.1,
+                ge_loss: ge.then(|| crate::config::GeParams { p: 0.0, r: 1.0, bad_loss: 1.0, good_loss: 0.0 }),
+                ..DirConfig::default()
+            };
+            let mut d = Direction::new(&c, BufferLimit::Inf, 0.0, 5);
+            (0..2000).map(|_| d.enqueue(0, pkt(1, 100)) == Verdict::DropLoss).collect::<Vec<_>>()
+        };
+        assert_eq!(drops(false), drops(true));
+    }
+
+    #[test]
+    fn gilbert_elliott_is_seeded_and_bursty() {
+        let ge = crate::config::GeParams { p: 0.01, r: 0.25, bad_loss: 1.0, good_loss: 0.0 };
+        let run = |seed| {
+            let c = DirConfig { ge_loss: Some(ge), ..DirConfig::default() };
+            let mut d = Direction::new(&c, BufferLimit::Inf, 0.0, seed);
+            (0..200_000).map(|_| d.enqueue(0, pkt(1, 100)) == Verdict::DropLoss).collect::<Vec<_>>()
+        };
+        let a = run(1);
+        assert_eq!(a, run(1));
+        assert_ne!(a, run(2));
+        let n = a.iter().filter(|&&x| x).count() as f64;
+        let mean = ge.mean_loss() * a.len() as f64;
+        assert!((n - mean).abs() < 0.1 * mean, "{} vs {}", n, mean);
+        // Bursts: mean run of consecutive drops ~ 1/r = 4 packets; Bernoulli
+        // at the same rate would give ~1.04.
+        let runs = a.windows(2).filter(|w| w[1] && !w[0]).count() as f64;
+        let mean_burst = n / runs;
+        assert!((3.4..4.6).contains(&mean_burst), "{}", mean_burst);
+    }
+
+    #[test]
+    fn reorder_is_seeded_and_only_the_held_packet_moves() {
+        let run = |seed| {
+            let c = DirConfig { delay_ms: 10.0, reorder: 0.05, reorder_gap_ms: 3.0, ..DirConfig::default() };
+            let mut d = Direction::new(&c, BufferLimit::Inf, 0.0, seed);
+            for i in 0..2000u64 {
+                d.enqueue(i * MS, pkt(1, 100));
+            }
+            // release order as (release, arrival index)
+            let mut out = Vec::new();
+            while let Some(s) = d.pop_due(u64::MAX) {
+                out.push(((s.release - 10 * MS) / MS, s.seq - 1));
+            }
+            out
+        };
+        let a = run(3);
+        assert_eq!(a, run(3));
+        assert_ne!(a, run(4));
+        let held: Vec<_> = a.iter().filter(|(r, i)| *r != *i).collect();
+        // a held packet leaves exactly 3 ms late; the others are on time
+        assert!(held.iter().all(|(r, i)| *r == *i + 3), "{:?}", held);
+        let n = held.len();
+        assert!((60..140).contains(&n), "{}", n);
+        let order: Vec<u64> = a.iter().map(|x| x.1).collect();
+        assert!(order.windows(2).any(|w| w[0] > w[1]), "nothing was reordered");
     }
 
     #[test]

@@ -1,0 +1,639 @@
+"""Measure lab CCAs under draws from the condition space (classifier/conditions.py).
+
+`collect(jobs, root)` takes (draw, cca, run) jobs, groups them by what a lab bring-up fixes
+(initcwnd, GSO, MSS), brings a lab up once per group (on one of the given lab instances, several
+groups at once when several instances are given) and runs K jobs at a time. One job:
+
+    ccscope-link <Internet path + shared bottleneck> -- python -m ccscope.classifier.collect _job
+        (inside: cross-traffic clients, then for each of the draw's two profiles)
+        └─ upstream bottleneck └─ access shells └─ profile shell + capture └─ download
+
+and leaves in `<root>/<draw id>/<cca>/run<r>/`: `A.trace.json` / `A.sender.trace.json` (capture-
+and sender-aligned, as `ccscope measure`), `A.truth.trace.json.gz` (the server's own pipe from
+TCP_INFO, the classifier's physical-limit oracle), the same for B, `A.pcap` with `--pcap`,
+`job.json` (what was asked) and `result.json` (what happened). Every job appends one line to
+`<root>/index.jsonl`: draw, cca, label, split, files, status (ok | partial | failed), the reason
+of anything not ok, and which downloads hit their time cap. A failed or partial job is reported
+on stderr and in the index, never dropped; `load_index()` returns the last line per job.
+Resumable: a job whose `result.json` says ok or partial is not measured again (failed ones are,
+unless retry_failed is off).
+
+`python -m ccscope.classifier.collect` / `ccscope collect` is the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ccscope.classifier.conditions import (
+    GROUPS,
+    SPACES,
+    SPLITS,
+    ConditionError,
+    Draw,
+    DrawJob,
+    draws,
+    plan_jobs,
+)
+
+DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
+DEFAULT_INSTANCES = (30,)
+DEFAULT_STATE_PREFIX = "/run/ccscope/lab-draws-"
+WARMUP_S = 3.0  # elastic cross traffic runs this long before the first download
+JOB_OVERHEAD_S = 6.0  # shells up and down, handshakes, ground truth written (measured)
+LAB_UP_S = 6.0
+# Seconds each shell of a download gets to come up and go down beyond the download's own cap:
+# on a loaded 2-core host a nested shell's set-up (ip, nft) has taken over 10 s.
+SHELL_SLACK_S = 20.0
+# Mbit/s of cross traffic that cost as much host CPU as one more concurrent job (job_cost)
+CROSS_MBIT_PER_JOB = 6.0
+
+
+def job_dir(root: Path, job: DrawJob) -> Path:
+    return root / job.draw.id / job.cca / f"run{job.run}"
+
+
+def object_url(job: DrawJob) -> str:
+    """The download of a job: the lab server over HTTPS or nginx over HTTP, the draw's object
+    size, and the application-limited rate as a query (bytes/s, after N bytes)."""
+    sv = job.draw.server
+    base = (
+        f"http://{job.cca}.lab.test:8080/obj/{sv.object_bytes}"
+        if sv.program == "nginx"
+        else f"https://{job.cca}.lab.test/obj/{sv.object_bytes}"
+    )
+    if sv.app_limit is None:
+        return base
+    rate = max(1, int(sv.app_limit * job.draw.profile_rate_bps / 8))
+    return f"{base}?rate={rate}&after={int(sv.app_limit_after * sv.object_bytes)}"
+
+
+def _seed(job: DrawJob, what: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{job.key}/{what}".encode()).digest()[:4], "big")
+
+
+def job_cost(draw: Draw, budget: float) -> float:
+    """How much of the concurrency budget a job takes. Every packet costs CPU in each userspace
+    shell it crosses; a measurement moves at most a few hundred packets a second, cross traffic
+    on a shared bottleneck of R Mbit/s ~83·R (1500-byte packets) through two shells. On this
+    2-core VM eight jobs with ~10 Mbit/s of cross traffic each starved everything (load 29), so
+    a job with cross traffic counts as 1 + R/CROSS_MBIT_PER_JOB jobs (100 Mbit/s: nearly alone)."""
+    c = 1.0
+    if draw.sharing.has_cross_traffic and draw.sharing.rate_mbit:
+        c += draw.sharing.rate_mbit / CROSS_MBIT_PER_JOB
+    return min(c, float(budget))
+
+
+def estimate_s(jobs: Sequence[DrawJob], concurrency: int) -> float:
+    """Wall time of a collection: each job's two expected downloads plus set-up, weighted by its
+    share of the concurrency budget, plus a lab bring-up per server group."""
+    work = sum(
+        (
+            j.draw.expected_duration_s("A")
+            + j.draw.expected_duration_s("B")
+            + JOB_OVERHEAD_S
+            + (WARMUP_S if j.draw.sharing.flows else 0.0)
+        )
+        * job_cost(j.draw, concurrency)
+        for j in jobs
+    )
+    groups = len({j.draw.server.key() for j in jobs})
+    return work / max(1, concurrency) + groups * LAB_UP_S
+
+
+# --- one job, outside and inside the Internet-path shell -----------------------------------
+
+
+def run_job(
+    job: DrawJob, root: Path, lab_dir: Path, cross: dict[str, Any] | None, *, keep_pcap: bool
+) -> dict[str, Any]:
+    """Measure one job; returns its index record (never raises for a failed measurement)."""
+    from ccscope.capture.shell import link_argv
+
+    out = job_dir(root, job)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").unlink(missing_ok=True)
+    spec = {
+        "draw": job.draw.to_dict(),
+        "cca": job.cca,
+        "run": job.run,
+        "key": job.key,
+        "url": object_url(job),
+        "cross": cross,
+        "keep_pcap": keep_pcap,
+    }
+    (out / "job.json").write_text(json.dumps(spec, indent=1))
+    inet = job.draw.internet_link()
+    argv = link_argv(
+        [*inet.link_args(), "--seed", str(_seed(job, "internet")),
+         "--stats", str(out / "internet.stats.json"), "--quiet"],
+        [sys.executable, "-m", "ccscope.classifier.collect", "_job", str(out / "job.json")],
+        keep_root=True,  # it nests more shells
+    )  # fmt: skip
+    shells = 1 + len(job.draw.layers())
+    limit = (
+        job.draw.duration_cap_s("A")
+        + job.draw.duration_cap_s("B")
+        + WARMUP_S
+        + 60.0
+        + 2 * SHELL_SLACK_S * shells
+    )
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "CCSCOPE_LAB_DIR": str(lab_dir)})  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=limit)
+        rc: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        # SIGTERM first: the emulator forwards it and tears its namespace down
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        rc, err = None, f"the job ran over its {limit:.0f} s limit"
+    err = (err or "").strip()[-600:]
+    try:
+        res = json.loads((out / "result.json").read_text())
+    except (OSError, ValueError):
+        res = {"status": "failed", "reason": f"no result (exit {rc}): {err or 'no output'}", "slots": {}}
+    if not keep_pcap:  # a job cut short leaves its capture behind
+        for f in out.glob("*.pcap"):
+            f.unlink(missing_ok=True)
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    return _record(job, res)
+
+
+def _record(job: DrawJob, res: dict[str, Any]) -> dict[str, Any]:
+    from ccscope.classifier.dataset import VARIANTS, label_of
+
+    return {
+        "key": job.key,
+        "draw_id": job.draw.id,
+        "draw": job.draw.to_dict(),
+        "cca": job.cca,
+        "label": label_of(job.cca),
+        "is_variant": job.cca in VARIANTS,
+        "split": job.draw.split,
+        "space": job.draw.space,
+        "fixed": list(job.draw.fixed),
+        "run": job.run,
+        "time": time.time(),
+        **res,
+    }
+
+
+def _inner_job(spec_file: Path) -> int:
+    """Inside the Internet-path shell: cross traffic, then the draw's two profiles."""
+    from ccscope.capture.measure import measure_profile
+    from ccscope.errors import CCScopeError
+    from ccscope.lab.crosstraffic import CrossTraffic, FlowSpec
+    from ccscope.lab.groundtruth import find_record, pipe_trace, record_trace
+    from ccscope.trace import Trace
+
+    spec = json.loads(spec_file.read_text())
+    out = spec_file.parent
+    draw = Draw.from_dict(spec["draw"])
+    job = DrawJob(draw, spec["cca"], int(spec["run"]))
+    url, keep_pcap = spec["url"], bool(spec["keep_pcap"])
+    result: dict[str, Any] = {"status": "ok", "reason": None, "url": url, "slots": {}}
+    xt = None
+    sh = draw.sharing
+    if sh.has_cross_traffic:
+        cross = spec.get("cross")
+        if not cross:
+            result.update(status="failed", reason="the draw has cross traffic but the lab runs no sources")
+            (out / "result.json").write_text(json.dumps(result, indent=1))
+            return 1
+        xt = CrossTraffic(
+            addr=cross["addr"],
+            tcp_ports={k: int(v) for k, v in cross["tcp_ports"].items()},
+            udp_port=int(cross["udp_port"]),
+            udp_kbit=(sh.rate_mbit or 0.0) * 1000.0 * sh.udp_share,
+            flows=[FlowSpec(f.cca, f.on_mean_s, f.off_mean_s) for f in sh.flows],
+            seed=_seed(job, "cross"),
+        )
+        xt.start()
+        time.sleep(WARMUP_S if sh.flows else 0.5)
+    problems: list[str] = []
+    try:
+        layer_opts = [[*p.link_args(), "--seed", str(_seed(job, p.name))] for p in draw.layers()]
+        size = draw.server.object_bytes
+        run_id = job.key.replace("/", "-")
+        for slot, prof in zip(("A", "B"), draw.profiles(), strict=True):
+            cap = draw.duration_cap_s(slot)
+            s: dict[str, Any] = {"profile": prof.name, "cap_s": round(cap, 1)}
+            result["slots"][slot] = s
+            try:
+                r = measure_profile(url, prof, out, run_id=run_id, lab=True, timeout=cap,
+                                    max_bytes=size + (1 << 20), seed=_seed(job, slot), layers=layer_opts,
+                                    stem=slot, keep_pcap=keep_pcap,
+                                    setup_slack=SHELL_SLACK_S * (1 + len(layer_opts)))  # fmt: skip
+            except CCScopeError as e:
+                s["error"] = str(e)
+                problems.append(f"{slot}: {e}")
+                continue
+            got = int(r.fetch.get("bytes") or 0)
+            capped = (
+                bool(r.fetch.get("truncated"))
+                and got < size
+                and float(r.fetch.get("seconds") or 0) >= cap - 1
+            )
+            s.update({
+                "ok": r.ok, "partial": r.partial, "capped": capped, "error": r.error,
+                "bytes": got, "seconds": r.fetch.get("seconds"), "points": r.points,
+                "retransmits": r.retransmits, "internet_rtt_ms": r.internet_rtt_ms,
+                "trace": r.trace_file, "sender_trace": r.sender_trace_file, "pcap": r.pcap_file,
+                "bif_error": r.groundtruth,
+            })  # fmt: skip
+            if r.sender_trace_file is None:
+                problems.append(f"{slot}: no trace ({r.error})")
+                continue
+            if r.partial and not capped:
+                problems.append(f"{slot}: partial download ({r.error or 'cut short'})")
+            # the server writes its record once the connection is over; a busy host takes a while
+            rec = find_record(run_id=f"{run_id}-{prof.name}", wait_s=30.0)
+            if rec is None:
+                problems.append(f"{slot}: no ground truth from the server")
+                continue
+            try:
+                truth = pipe_trace(record_trace(rec), like=Trace.load(r.sender_trace_file))
+                s["truth_trace"] = str(truth.save(out / f"{slot}.truth.trace.json.gz"))
+                s["truth_cca"] = rec.meta.get("kernel_cca")
+            except (CCScopeError, OSError) as e:
+                problems.append(f"{slot}: ground truth unreadable: {e}")
+    finally:
+        if xt is not None:
+            result["cross_traffic"] = xt.stop()
+    if problems:
+        no_trace = (
+            any(not s.get("sender_trace") for s in result["slots"].values()) or len(result["slots"]) < 2
+        )
+        result["status"] = "failed" if no_trace else "partial"
+        result["reason"] = "; ".join(problems)
+    (out / "result.json").write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+# --- the collection -----------------------------------------------------------------------
+
+
+def load_index(root: Path) -> dict[str, dict[str, Any]]:
+    """The last index record of every job (a re-run job's newer line wins)."""
+    out: dict[str, dict[str, Any]] = {}
+    index = root / "index.jsonl"
+    if not index.exists():
+        return out
+    for line in index.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            out[rec["key"]] = rec
+    return out
+
+
+@dataclass(frozen=True)
+class DrawSample:
+    """One trace of a collection and what produced it (for training and evaluation code)."""
+
+    path: str
+    kind: str  # "sender", "capture" or "truth"
+    cca: str
+    label: str
+    split: str
+    space: str
+    fixed: tuple[str, ...]
+    draw_id: str
+    run: int
+    slot: str  # "A" or "B"
+    profile: str
+    is_variant: bool
+    status: str
+    capped: bool
+
+
+_KIND_KEY = {"sender": "sender_trace", "capture": "trace", "truth": "truth_trace"}
+
+
+def samples(root: Path, kind: str = "sender", statuses: Sequence[str] = ("ok",)) -> list[DrawSample]:
+    """Every trace of `kind` from jobs whose status is in `statuses` (partial jobs are left out
+    unless asked for; failed ones have no traces to give), sorted by path."""
+    if kind not in _KIND_KEY:
+        raise ValueError(f"kind must be one of {', '.join(_KIND_KEY)}")
+    out = []
+    for rec in load_index(root).values():
+        if rec.get("status") not in statuses:
+            continue
+        for slot, s in sorted(rec.get("slots", {}).items()):
+            f = s.get(_KIND_KEY[kind])
+            if not f or not Path(f).exists():
+                continue
+            out.append(DrawSample(
+                path=f, kind=kind, cca=rec["cca"], label=rec["label"], split=rec["split"],
+                space=rec.get("space", ""), fixed=tuple(rec.get("fixed", ())), draw_id=rec["draw_id"],
+                run=int(rec.get("run", 0)), slot=slot, profile=str(s.get("profile")),
+                is_variant=bool(rec.get("is_variant")), status=rec["status"], capped=bool(s.get("capped")),
+            ))  # fmt: skip
+    return sorted(out, key=lambda x: x.path)
+
+
+def _done(job: DrawJob, root: Path, retry_failed: bool) -> bool:
+    try:
+        st = json.loads((job_dir(root, job) / "result.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return False
+    return st in ("ok", "partial") or (st == "failed" and not retry_failed)
+
+
+@dataclass
+class Summary:
+    jobs: int = 0
+    skipped: int = 0
+    ok: int = 0
+    partial: int = 0
+    failed: int = 0
+    capped_downloads: int = 0
+    wall_s: float = 0.0
+    estimate_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def collect(
+    jobs: Sequence[DrawJob],
+    root: Path = DEFAULT_ROOT,
+    *,
+    concurrency: int = 8,
+    instances: Sequence[int] = DEFAULT_INSTANCES,
+    state_prefix: str = DEFAULT_STATE_PREFIX,
+    keep_pcap: bool = False,
+    retry_failed: bool = True,
+    progress: bool | None = None,
+) -> Summary:
+    """Measure every job not already done; returns counts. Needs root and the built lab."""
+    from ccscope.classifier.dataset import _ensure_ccas
+    from ccscope.lab import nginx
+    from ccscope.lab.lab import Lab, LabParams
+
+    root.mkdir(parents=True, exist_ok=True)
+    index = root / "index.jsonl"
+    todo = [j for j in jobs if not _done(j, root, retry_failed)]
+    summ = Summary(
+        jobs=len(jobs), skipped=len(jobs) - len(todo), estimate_s=round(estimate_s(todo, concurrency))
+    )
+    if not todo:
+        return summ
+    groups: dict[tuple[Any, ...], list[DrawJob]] = defaultdict(list)
+    for j in todo:
+        groups[j.draw.server.key()].append(j)
+    print(
+        f"collect: {len(todo)} jobs ({summ.skipped} already done) in {len(groups)} server groups, "
+        f"{concurrency} at a time on lab instance(s) {','.join(map(str, instances))}; "
+        f"estimated {summ.estimate_s / 3600:.1f} h",
+        file=sys.stderr,
+    )
+    _ensure_ccas(sorted({j.cca for j in todo} | {f.cca for j in todo for f in j.draw.sharing.flows}))
+    sizes = {j.draw.server.object_bytes for j in todo if j.draw.server.program == "nginx"}
+    if sizes:
+        nginx.ensure_objects(sizes)
+    pool = ThreadPoolExecutor(max(1, concurrency))
+    budget = _Budget(float(max(1, concurrency)))
+    lock = threading.Lock()
+    t0 = time.monotonic()
+    bar = _Progress(len(todo), progress)
+
+    def record(rec: dict[str, Any]) -> None:
+        with lock:
+            with index.open("a") as f:
+                f.write(json.dumps(rec, default=str) + "\n")
+            st = rec["status"]
+            setattr(summ, st, getattr(summ, st) + 1)
+            summ.capped_downloads += sum(bool(s.get("capped")) for s in rec.get("slots", {}).values())
+            if st != "ok":
+                bar.note(f"{rec['key']}: {st}: {rec.get('reason')}")
+            bar.advance(st)
+
+    def run_group(key: tuple[Any, ...], gjobs: list[DrawJob], instance: int) -> None:
+        sv = gjobs[0].draw.server
+        lab_dir = Path(f"{state_prefix}{instance}")
+        lab = Lab(lab_dir)
+        params = LabParams(
+            ccas=tuple(sorted({j.cca for j in gjobs})), delay_ms=0.0, instance=instance,
+            initcwnd=sv.initcwnd, gso=sv.gso, mss=sv.mss,
+            nginx=any(j.draw.server.program == "nginx" for j in gjobs),
+            cross_sources=any(j.draw.sharing.has_cross_traffic for j in gjobs),
+        )  # fmt: skip
+        try:
+            st = lab.up(params, timeout=60)
+        except Exception as e:  # a lab that will not come up fails its jobs, loudly, not the run
+            for j in gjobs:
+                record(_record(j, {"status": "failed", "reason": f"lab bring-up failed: {e}", "slots": {}}))
+            return
+        try:
+
+            def one_job(j: DrawJob) -> dict[str, Any]:
+                with budget.take(job_cost(j.draw, concurrency)):
+                    return run_job(j, root, lab_dir, st.get("cross_sources"), keep_pcap=keep_pcap)
+
+            futs = [pool.submit(one_job, j) for j in gjobs]
+            for j, fu in zip(gjobs, futs, strict=True):
+                try:
+                    record(fu.result())
+                except Exception as e:
+                    record(
+                        _record(j, {"status": "failed", "reason": f"{type(e).__name__}: {e}", "slots": {}})
+                    )
+        finally:
+            with contextlib.suppress(Exception):
+                lab.down()
+
+    free = list(instances)
+    cond = threading.Condition()
+    running: list[Future[None]] = []
+    with ThreadPoolExecutor(len(instances)) as gpool:
+        for key, gjobs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+            with cond:
+                cond.wait_for(lambda: bool(free))
+                inst = free.pop(0)
+
+            def one(k: tuple[Any, ...] = key, g: list[DrawJob] = gjobs, i: int = inst) -> None:
+                try:
+                    run_group(k, g, i)
+                finally:
+                    with cond:
+                        free.append(i)
+                        cond.notify_all()
+
+            running.append(gpool.submit(one))
+        for fu in running:
+            fu.result()
+    pool.shutdown()
+    bar.close()
+    summ.wall_s = round(time.monotonic() - t0, 1)
+    return summ
+
+
+class _Budget:
+    """A weighted semaphore, first come first served: a job waits until it is first in line and
+    its cost fits in what is free (so light jobs cannot starve a heavy one)."""
+
+    def __init__(self, total: float) -> None:
+        self.free = total
+        self._cond = threading.Condition()
+        self._line: list[int] = []
+        self._ticket = 0
+
+    @contextlib.contextmanager
+    def take(self, n: float) -> Any:
+        with self._cond:
+            me = self._ticket
+            self._ticket += 1
+            self._line.append(me)
+            self._cond.wait_for(lambda: self._line[0] == me and self.free >= n - 1e-9)
+            self._line.pop(0)
+            self.free -= n
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.free += n
+                self._cond.notify_all()
+
+
+class _Progress:
+    """A rich progress bar on a terminal; on anything else, only the notes (failures)."""
+
+    def __init__(self, total: int, enabled: bool | None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.counts: dict[str, int] = defaultdict(int)
+        self._p: Any = None
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._p = Progress(TextColumn("collect"), BarColumn(), MofNCompleteColumn(),
+                               TextColumn("{task.fields[status]}"), TimeRemainingColumn())  # fmt: skip
+            self._p.start()
+            self._task = self._p.add_task("jobs", total=total, status="")
+
+    def advance(self, status: str) -> None:
+        self.counts[status] += 1
+        if self._p is not None:
+            st = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            self._p.update(self._task, advance=1, status=st)
+
+    def note(self, msg: str) -> None:
+        if self._p is not None:
+            self._p.console.print(msg, style="yellow", markup=False, highlight=False)
+        else:
+            print(msg, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+
+
+# --- command line -------------------------------------------------------------------------
+
+
+def default_ccas() -> tuple[str, ...]:
+    from ccscope.classifier.dataset import VARIANTS, trained_ccas
+
+    return (*trained_ccas(), *VARIANTS)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--space", default="full", choices=sorted(SPACES))
+    p.add_argument("--split", default="train", choices=sorted(SPLITS))
+    p.add_argument("--draws", type=int, required=True, help="how many draws")
+    p.add_argument("--start", type=int, default=0, help="index of the first draw (default 0)")
+    p.add_argument("--fix", action="append", default=[], choices=GROUPS, metavar="GROUP",
+                   help=f"hold a factor group at its mildest ({', '.join(GROUPS)}); repeatable")  # fmt: skip
+    p.add_argument("--ccas", help="comma-separated lab CCAs (default: every trained CCA and variant)")
+    p.add_argument("--runs", type=int, default=1, help="runs per (draw, CCA) (default 1)")
+    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=f"output (default {DEFAULT_ROOT})")
+    p.add_argument("--concurrency", "-k", type=int, default=8, help="jobs at once (default 8)")
+    p.add_argument("--instances", default=",".join(map(str, DEFAULT_INSTANCES)),
+                   help="lab instances to use, comma-separated (several: server groups overlap)")  # fmt: skip
+    p.add_argument("--state-prefix", default=DEFAULT_STATE_PREFIX,
+                   help=f"lab state dirs are PREFIX<instance> (default {DEFAULT_STATE_PREFIX}N)")  # fmt: skip
+    p.add_argument("--pcap", action="store_true", help="keep each download's pcap (off: saves disk)")
+    p.add_argument("--no-retry-failed", action="store_true", help="leave failed jobs as they are")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate only")
+    p.add_argument("--json", action="store_true", help="the summary as JSON")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    try:
+        ds = draws(args.draws, args.space, args.split, start=args.start, fixed=args.fix)
+    except ConditionError as e:
+        print(f"collect: {e}", file=sys.stderr)
+        return 2
+    ccas = tuple(c for c in args.ccas.split(",") if c) if args.ccas else default_ccas()
+    jobs = plan_jobs(ds, ccas, args.runs)
+    k = args.concurrency
+    if args.dry_run:
+        doc = {
+            "draws": len(ds),
+            "jobs": len(jobs),
+            "server_groups": len({j.draw.server.key() for j in jobs}),
+            "estimate_s": round(estimate_s(jobs, k)),
+            "draw_ids": [d.id for d in ds],
+        }
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        else:
+            for d in ds:
+                print(f"{d.id}  {d.describe()}")
+            print(f"{len(jobs)} jobs in {doc['server_groups']} server groups; "
+                  f"estimated {doc['estimate_s'] / 3600:.2f} h at K = {k}")  # fmt: skip
+        return 0
+    instances = [int(x) for x in str(args.instances).split(",") if x]
+    summ = collect(jobs, args.root, concurrency=k, instances=instances, state_prefix=args.state_prefix,
+                   keep_pcap=args.pcap, retry_failed=not args.no_retry_failed)  # fmt: skip
+    if args.json:
+        print(json.dumps(summ.to_dict(), indent=1))
+    else:
+        print(f"collect: {summ.ok} ok, {summ.partial} partial, {summ.failed} failed, {summ.skipped} "
+              f"already done; {summ.capped_downloads} downloads capped; {summ.wall_s:.0f} s; "
+              f"index {args.root}/index.jsonl")  # fmt: skip
+    return 0 if summ.failed == 0 else 1
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "collect",
+        help="measure lab CCAs under seeded draws from the condition space",
+        description="Measure lab CCAs under draws from the condition space (classifier/README.md, "
+        "'Condition space'): traces, the server's own ground truth and an index per job. Needs root.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=run_cli)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_job"]:
+        return _inner_job(Path(argv[1]))
+    ap = argparse.ArgumentParser(prog="python -m ccscope.classifier.collect")
+    add_arguments(ap)
+    return run_cli(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The reference set: which lab measurements train and evaluate the classifier.
+
+Every measurement is one CCA under one seeded draw of the condition space
+(`classifier/conditions.py`), through both of the draw's profiles. One CCA per draw, so every
+CCA meets as many different paths as there are measurements of it. The sets:
+
+| set | draws | per CCA | what it answers |
+|---|---|---|---|
+| `train` | `full` space, train split; each factor group held at its mildest with probability `MILD_P`, independently | `N_TRAIN` | fitting and (out of bag) calibration |
+| `heldout_runs` | the first `N_RUNS` training draws of each CCA, a second run (new emulator seeds) | `N_RUNS` | the old "held-out runs": a path trained on, a run never seen |
+| `unseen` | `full` space, eval split | `N_UNSEEN` | will it hold out there? |
+| `variants` | `full` space, eval split | `N_VARIANTS` per variant | untrained variants should be Unknown |
+| `variants_design` | `full` space, calib split | `N_VARIANTS_DESIGN` per variant | what the Unknown rules' settings were chosen on (never scored) |
+| `other_profiles` | `other-profiles` space, eval split | `N_OTHER` | imported captures' bottlenecks (SACK off, 1xBDP, 50-400 kbit/s, MTU 100) |
+| `demo` | `demo` space, eval split | `N_DEMO` | the demo's set-up |
+
+Training draws hold factor groups at their mildest at random so that leave-one-factor-out
+models (train where a group was mild, test across its range) need no extra measurements; the
+bench compares each with a model trained on a random subset of the same size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from ccscope.classifier.conditions import GROUPS, DrawJob, sample
+from ccscope.classifier.dataset import VARIANTS, trained_ccas
+
+MILD_P = 0.25
+N_TRAIN = 60
+N_RUNS = 6
+N_UNSEEN = 16
+N_VARIANTS = 20
+N_VARIANTS_DESIGN = 10
+N_OTHER = 8
+N_DEMO = 2
+
+
+def mild_groups(index: int, cca: str) -> tuple[str, ...]:
+    """The factor groups a training draw holds at their mildest: each with probability MILD_P,
+    from a digest of the draw's index and CCA (stable, independent per group)."""
+    out = []
+    for g in GROUPS:
+        h = hashlib.sha256(f"ccscope-mild/{index}/{cca}/{g}".encode()).digest()
+        if int.from_bytes(h[:4], "big") / 2**32 < MILD_P:
+            out.append(g)
+    return tuple(out)
+
+
+def _jobs(space: str, split: str, ccas: Sequence[str], n: int, *, mild: bool = False, run: int = 0,
+          offset: int = 0) -> list[DrawJob]:  # fmt: skip
+    jobs = []
+    for j in range(n):
+        for ci, cca in enumerate(ccas):
+            index = offset + j * len(ccas) + ci
+            fixed = mild_groups(index, cca) if mild else ()
+            jobs.append(DrawJob(sample(space, split, index, fixed), cca, run))
+    return jobs
+
+
+def plan(ccas: Sequence[str] | None = None, scale: float = 1.0) -> dict[str, list[DrawJob]]:
+    """The reference set's jobs per set; `scale` shrinks every count (a smoke run)."""
+    ccas = tuple(ccas or trained_ccas())
+    variants = tuple(VARIANTS)
+
+    def n(x: int) -> int:
+        return max(1, round(x * scale))
+
+    train = _jobs("full", "train", ccas, n(N_TRAIN), mild=True)
+    first = {c: [j for j in train if j.cca == c][: n(N_RUNS)] for c in ccas}
+    return {
+        "train": train,
+        "heldout_runs": [DrawJob(j.draw, j.cca, 1) for c in ccas for j in first[c]],
+        "unseen": _jobs("full", "eval", ccas, n(N_UNSEEN)),
+        "variants": _jobs("full", "eval", variants, n(N_VARIANTS), offset=100_000),
+        "variants_design": _jobs("full", "calib", variants, n(N_VARIANTS_DESIGN)),
+        "other_profiles": _jobs("other-profiles", "eval", ccas, n(N_OTHER)),
+        "demo": _jobs("demo", "eval", ccas, n(N_DEMO)),
+    }
