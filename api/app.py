@@ -11,7 +11,6 @@ Every error is a JSON body `{"error": code, "detail": ...}`; internal errors nev
 import datetime as dt
 import hmac
 import logging
-import os
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -43,6 +42,7 @@ from ccscope.api.schemas import (
 )
 from ccscope.crawler.robots import RobotsAnswer, check_url
 from ccscope.errors import CCScopeError, TargetRefused
+from ccscope.settings import settings
 from ccscope.store import Conflict, IllegalTransition, NotFound, OptedOut, Store, StoreError, normalize_domain
 from ccscope.store.blobs import BlobError
 from ccscope.store.core import VerdictView, aware
@@ -141,7 +141,7 @@ def create_app(
     private and loopback targets. `robots(url)` decides whether a queued URL may be fetched
     (default: its site's robots.txt, fetched through the vetting client)."""
     st = store or Store()
-    api_token = token if token is not None else os.environ.get("CCSCOPE_API_TOKEN", "")
+    api_token = token if token is not None else settings().api_token
     lab_mode = lab_mode_enabled(bool(lab)) if lab is not False else False
     robots_check = robots or (lambda url: check_url(url, lab=lab_mode, timeout=ROBOTS_TIMEOUT))
     app = FastAPI(
@@ -306,6 +306,10 @@ def create_app(
             },
         )
 
+    # ---- operations, open data and the dashboard (their own modules) -------------------------
+
+    _include_routers(app, st)
+
     # ---- writes -------------------------------------------------------------------------------
 
     auth = [Depends(require_token)]
@@ -383,6 +387,16 @@ def create_app(
         return _measurement(st, m)
 
     return app
+
+
+def _include_routers(app: FastAPI, st: Store) -> None:
+    from ccscope.api.routers import ops
+    from ccscope.api.routers.opendata import opendata_router
+    from ccscope.dashboard.router import dashboard_router
+
+    ops.install(app, st, settings().broker_url)
+    app.include_router(opendata_router(st))
+    app.include_router(dashboard_router(st))
 
 
 def _json(model: BaseModel) -> Response:

@@ -15,15 +15,16 @@ import uvicorn
 from fastapi import FastAPI
 
 from ccscope.api.app import create_app
+from ccscope.settings import settings
 from ccscope.store import Store
 
 log = logging.getLogger("ccscope.api")
 
 
 def default_workers() -> int:
-    env = os.environ.get("CCSCOPE_API_WORKERS")
-    if env:
-        return max(1, int(env))
+    n = settings().api_workers
+    if n:
+        return n
     return max(1, len(os.sched_getaffinity(0)))
 
 

@@ -19,11 +19,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
-from ccscope import __version__
 from ccscope.errors import CCScopeError, TargetRefused
+from ccscope.identity import USER_AGENT
 from ccscope.targets import Target, resolve_target
 
-USER_AGENT = f"ccscope/{__version__} (+https://github.com/ccscope/ccscope; congestion-control census)"
 MAX_REDIRECTS = 5
 MAX_HEADER_BYTES = 64 * 1024
 CHUNK = 64 * 1024

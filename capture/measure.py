@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,8 +211,12 @@ def measure(
     max_bytes: int = 16 * 1024 * 1024,
     access: Sequence[str] = (),
     seed: int | None = None,
+    on_profile: Callable[[str, int, int], AbstractContextManager[object]] | None = None,
     transport: str = "tcp",
 ) -> Measurement:
+    """Download `url` through each profile in turn. `on_profile(name, i, n)`, when given, is a
+    context manager entered around profile i of n (progress display). `transport` names a
+    catalogued transport (ccscope/transports.py)."""
     get_transport(transport)  # an unknown name is refused before anything runs
     lab = lab_mode_enabled(lab)
     if not lab:
@@ -224,22 +229,24 @@ def measure(
     m = Measurement(
         url=url, run_id=run_id, out_dir=str(out), lab=lab, started_at=time.time(), transport=transport
     )
-    for name in profiles:
+    for i, name in enumerate(profiles):
+        around = on_profile(name, i, len(profiles)) if on_profile else nullcontext()
         try:
-            m.runs.append(
-                measure_profile(
-                    url,
-                    get_profile(name),
-                    out,
-                    run_id=run_id,
-                    lab=lab,
-                    timeout=timeout,
-                    max_bytes=max_bytes,
-                    access=access,
-                    seed=seed,
-                    transport=transport,
+            with around:
+                m.runs.append(
+                    measure_profile(
+                        url,
+                        get_profile(name),
+                        out,
+                        run_id=run_id,
+                        lab=lab,
+                        timeout=timeout,
+                        max_bytes=max_bytes,
+                        access=access,
+                        seed=seed,
+                        transport=transport,
+                    )
                 )
-            )
         except CCScopeError as e:
             m.runs.append(ProfileRun(profile=name, ok=False, error=str(e), transport=transport))
     (out / "measurement.json").write_text(json.dumps(m.to_dict(), indent=2, default=str))

@@ -11,8 +11,11 @@ with numpy, which keeps a 10k-packet capture well under a few milliseconds.
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import struct
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +118,12 @@ def load_image(source: str | os.PathLike[str] | bytes) -> tuple[bytes, str]:
             data = path.read_bytes()
         except OSError as e:
             raise CaptureError(f"{name}: cannot read capture: {e.strerror or e}") from e
+    if data[:2] == b"\x1f\x8b":  # .pcap.gz / .pcapng.gz: inflate, bounded like a plain file
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+                data = gz.read(MAX_FILE_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as e:
+            raise CaptureError(f"{name}: cannot decompress capture: {e}") from e
     if len(data) > MAX_FILE_BYTES:
         raise CaptureError(f"{name}: capture exceeds {MAX_FILE_BYTES} bytes")
     return data, name

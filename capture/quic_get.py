@@ -36,7 +36,9 @@ class QuicClientMissing(CCScopeError):
 
 def client_binary() -> Path:
     """The quiche client: $CCSCOPE_QUIC_GET, the repository build, or one on PATH."""
-    env = os.environ.get("CCSCOPE_QUIC_GET")
+    from ccscope.settings import settings
+
+    env = settings().quic_get
     cands = [Path(env)] if env else []
     cands.append(_REPO_BINARY)
     on_path = shutil.which("ccscope-quic-get")

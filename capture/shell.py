@@ -15,15 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccscope.errors import ShellError
+from ccscope.errors import EXIT_SETUP, ShellError
 from ccscope.profile import Profile
+from ccscope.settings import settings
 
 _REPO_BINARY = Path(__file__).resolve().parent / "link" / "target" / "release" / "ccscope-link"
 
 
 def link_binary() -> Path:
     """The emulator binary: $CCSCOPE_LINK, the repository build, or one on PATH."""
-    env = os.environ.get("CCSCOPE_LINK")
+    env = settings().link
     candidates = [Path(env)] if env else []
     candidates.append(_REPO_BINARY)
     on_path = shutil.which("ccscope-link")
@@ -85,8 +86,8 @@ class ShellRun:
 
     @property
     def setup_failed(self) -> bool:
-        # The emulator exits 2 with "ccscope-link: error:" when it could not build the link.
-        return self.returncode == 2 and "ccscope-link: error" in self.stderr
+        # The emulator exits EXIT_SETUP with "ccscope-link: error:" when it could not build the link.
+        return self.returncode == EXIT_SETUP and "ccscope-link: error" in self.stderr
 
 
 def run_in_shell(

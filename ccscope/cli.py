@@ -13,7 +13,28 @@ from pathlib import Path
 from typing import Any
 
 from ccscope import __version__
-from ccscope.errors import CCScopeError
+from ccscope.errors import (
+    EXIT_FAILED,
+    EXIT_INSUFFICIENT,
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    EXIT_SETUP,
+    EXIT_UNKNOWN,
+    CCScopeError,
+    exit_codes_help,
+)
+
+# Exit codes each command can return beyond 0, 1 and 2 (listed in its --help).
+EXIT_CODES: dict[str, tuple[int, ...]] = {
+    "shell": (EXIT_SETUP,),
+    "measure": (EXIT_REFUSED, EXIT_FAILED, EXIT_SETUP),
+    "check": (EXIT_REFUSED, EXIT_FAILED, EXIT_UNKNOWN, EXIT_INSUFFICIENT, EXIT_SETUP),
+    "census": (EXIT_FAILED, EXIT_SETUP),
+    "demo": (EXIT_SETUP,),
+    "crawl": (EXIT_REFUSED, EXIT_FAILED),
+    "worker": (EXIT_SETUP,),
+    "lab": (EXIT_SETUP,),
+}
 
 
 def _cmd_shell(args: argparse.Namespace) -> int:
@@ -41,14 +62,23 @@ def _split_dashdash(items: list[str]) -> tuple[list[str], bool, list[str]]:
 
 def _cmd_measure(args: argparse.Namespace) -> int:
     from ccscope.capture.measure import measure
+    from ccscope.progress import Steps, ticking
+
+    profiles = args.profile or ["A", "B"]
+    steps = Steps(len(profiles), lines=False)  # on a terminal only: stdout carries the result
+
+    def around(name: str, i: int, n: int) -> Any:
+        steps.step(f"downloading through profile {name} ...")
+        return ticking(f"profile {name}")
 
     m = measure(
         args.url,
-        profiles=args.profile or ["A", "B"],
+        profiles=profiles,
         out_dir=Path(args.out) if args.out else None,
         lab=args.lab,
         timeout=args.timeout,
         max_bytes=args.max_bytes,
+        on_profile=around,
         transport=args.transport,
     )
     if args.json:
@@ -123,6 +153,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
             }
             print(json.dumps(info) if args.json else "\n".join(f"{k:>16}: {v}" for k, v in info.items()))
         return 0
+    if args.trace_cmd == "plot":
+        return _trace_plot(args)
     # import: pcap or Nebby-style CSV -> trace files
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -152,6 +184,132 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0 if written else 1
 
 
+def _trace_plot(args: argparse.Namespace) -> int:
+    from ccscope.classifier.cli import load_traces
+    from ccscope.plot import plot_traces
+
+    traces = [t for f in args.files for t in load_traces(f, args.align)]
+    verdict = None
+    if args.verdict:
+        from ccscope.verdict import Verdict
+
+        try:
+            doc = json.loads(Path(args.verdict).read_text())
+        except (OSError, ValueError) as e:
+            raise CCScopeError(f"{args.verdict}: cannot read the verdict: {e}") from None
+        if isinstance(doc, dict) and "verdicts" in doc:  # classify --json's document: its first
+            doc = (doc["verdicts"] or [{}])[0].get("verdict", {})
+        try:
+            verdict = Verdict.from_dict(doc)
+        except (ValueError, KeyError, TypeError) as e:
+            raise CCScopeError(f"{args.verdict}: not a verdict: {e}") from None
+    elif args.classify:
+        from ccscope.classifier.core import classify
+        from ccscope.classifier.model import ModelError
+
+        try:
+            verdict = classify(traces)
+        except ModelError as e:
+            raise CCScopeError(str(e)) from None
+    out = plot_traces(traces, args.out, verdict)
+    print(json.dumps({"plot": str(out)}) if args.json else str(out))
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from ccscope.check import run_check
+
+    res = run_check(
+        args.target,
+        out_dir=Path(args.out) if args.out else None,
+        lab=args.lab,
+        timeout=args.timeout,
+        plot=not args.no_plot,
+        model_path=args.model,
+        transport=args.transport,
+    )
+    print(json.dumps(res.to_dict(), indent=2, default=str) if args.json else res.format())
+    return res.exit_code
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ccscope.export import census_bytes, trace_parquet
+    from ccscope.store.core import Store
+
+    if args.export_cmd == "census":
+        store = Store(args.db, args.traces)
+        store.migrate()
+        data = census_bytes(
+            store,
+            args.format,
+            args.level,
+            campaign_id=args.campaign,
+            date_from=args.date_from,
+            date_to=args.date_to,
+            vantage=args.vantage,
+            transport=args.transport,
+        )
+        if args.out in (None, "-"):
+            if args.format == "parquet" and sys.stdout.isatty():
+                raise CCScopeError("Parquet is binary: give --out FILE (or redirect stdout)")
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        else:
+            Path(args.out).write_bytes(data)
+            print(
+                json.dumps({"file": args.out, "bytes": len(data)}) if args.json else args.out, file=sys.stderr
+            )
+        return 0
+    # traces: of a stored measurement, or trace files
+    out = Path(args.out or ".")
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[dict[str, Any]] = []
+    if args.measurement is not None:
+        from ccscope.trace import Trace
+        from ccscope.workers.tasks import PCAP_MEDIA_TYPE, TRACE_MEDIA_TYPE
+
+        store = Store(args.db, args.traces)
+        store.migrate()
+        m = store.get_measurement(args.measurement)
+        for tf in m.traces:
+            data = store.read_trace(tf.sha256)
+            stem = f"m{m.id}-{tf.profile}"
+            if args.format == "pcap":
+                if tf.media_type != PCAP_MEDIA_TYPE:
+                    continue
+                dest = out / f"{stem}.pcap"
+            elif tf.media_type != TRACE_MEDIA_TYPE:
+                continue
+            elif args.format == "parquet":
+                data, dest = trace_parquet(Trace.from_dict(json.loads(data))), out / f"{stem}.parquet"
+            else:
+                dest = out / f"{stem}.trace.json"
+            dest.write_bytes(data)
+            written.append({"file": str(dest), "profile": tf.profile, "bytes": len(data)})
+        if not written and args.format == "pcap":
+            raise CCScopeError(
+                f"measurement {m.id} kept no capture: workers keep pcaps only with "
+                "CCSCOPE_WORKER_KEEP_PCAP=1 (off by default)"
+            )
+    else:
+        from ccscope.classifier.cli import load_traces
+
+        if args.format == "pcap":
+            raise CCScopeError("a trace file holds no packets: --format pcap needs --measurement N")
+        for f in args.files:
+            for t in load_traces(f, args.align):
+                dest = out / (
+                    Path(f).name.split(".")[0] + (".parquet" if args.format == "parquet" else ".trace.json")
+                )
+                data = trace_parquet(t) if args.format == "parquet" else json.dumps(t.to_dict()).encode()
+                dest.write_bytes(data)
+                written.append({"file": str(dest), "bytes": len(data)})
+    if not written:
+        raise CCScopeError("nothing to export")
+    print(json.dumps(written, indent=2) if args.json else "\n".join(w["file"] for w in written))
+    return 0
+
+
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     import subprocess
 
@@ -171,6 +329,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         keep_lab=args.keep_lab,
         db_url=args.db,
         trace_dir=args.traces,
+        as_json=args.json,
     )
 
 
@@ -249,13 +408,98 @@ def build_parser() -> argparse.ArgumentParser:
     q = tsub.add_parser("show", help="summarise trace files")
     q.add_argument("files", nargs="+")
     q.add_argument("--json", action="store_true")
-    q = tsub.add_parser("import", help="pcap/pcapng or tshark CSV -> trace files")
+    q = tsub.add_parser(
+        "import",
+        help="pcap/pcapng (also .gz) or tshark CSV -> trace files",
+        description="Turn captures into trace files. The default alignment, sender, is the one "
+        "the classifier reads, so an imported trace classifies as its capture does.",
+    )
     q.add_argument("files", nargs="+")
     q.add_argument("--out", default=".", help="directory for the trace files")
-    q.add_argument("--align", choices=["capture", "sender"], default="capture")
+    q.add_argument(
+        "--align",
+        choices=["capture", "sender"],
+        default="sender",
+        help="sender (default: shifted to the server, what the classifier reads) or capture "
+        "(BiF as seen at the bottleneck, the published method's)",
+    )
     q.add_argument("--flows", type=int, default=1, help="how many flows per file, largest first")
     q.add_argument("--json", action="store_true")
+    q = tsub.add_parser(
+        "plot",
+        help="PNG of traces: BiF, pipe, SACKed, retransmissions, and what the classifier read",
+        description="Plot trace files or captures (one panel per file). With --classify (or "
+        "--verdict FILE from `classify --json`) the panels also show slow start's end, the "
+        "segments of congestion avoidance, the back-offs with their beta and the ProbeRTT dips.",
+    )
+    q.add_argument("files", nargs="+")
+    q.add_argument("--out", required=True, metavar="F.png")
+    q.add_argument("--classify", action="store_true", help="classify the traces and mark what was read")
+    q.add_argument("--verdict", metavar="JSON", help="marks from a saved verdict instead")
+    q.add_argument("--align", choices=["capture", "sender"], default="sender", help="for captures")
+    q.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_trace)
+
+    p = sub.add_parser(
+        "check",
+        help="which CCA does this site run? crawl, measure both profiles, classify, plot",
+        description="One step: find the site's largest object (robots.txt obeyed; a URL with a "
+        "path is downloaded as given), download it through profiles A and B, classify the "
+        "traces, print the verdict with its explanation and write a PNG of the traces. Progress "
+        "goes to stderr. Needs root (the emulated bottleneck).",
+    )
+    p.add_argument("target", metavar="DOMAIN|URL")
+    p.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="tcp",
+        help="tcp (default) or quic (HTTP/3 where the site offers it: Alt-Svc, else one QUIC probe)",
+    )
+    p.add_argument("--out", help="directory for traces, pcaps and the plot (default runs/<time>/<id>)")
+    p.add_argument("--lab", action="store_true", help="lab mode: allow lab (private) targets")
+    p.add_argument("--timeout", type=float, default=90.0, help="seconds per download (default 90)")
+    p.add_argument("--model", help="model artifact (default: the shipped one)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--json", action="store_true", help="one JSON document: object, runs, verdict, plot")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("export", help="open data: the census as CSV/Parquet, traces as pcap/Parquet")
+    esub = p.add_subparsers(dest="export_cmd", required=True)
+    q = esub.add_parser(
+        "census",
+        help="the census of the store (one campaign, dates...) as CSV or Parquet",
+        description="One row per verdict (--level verdicts: domain, vantage, transport, date, "
+        "label, kind, nearest family, confidence, classifier version) or per census cell "
+        "(--level shares, as /v1/census). The same bytes as the API's /v1/census.csv and "
+        "/v1/census.parquet with the same filters.",
+    )
+    q.add_argument("--campaign", type=int, metavar="N", help="one campaign (default: all)")
+    q.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    q.add_argument("--level", choices=["verdicts", "shares"], default="verdicts")
+    q.add_argument("--date-from", type=_date, metavar="YYYY-MM-DD")
+    q.add_argument("--date-to", type=_date, metavar="YYYY-MM-DD")
+    q.add_argument("--vantage")
+    q.add_argument("--transport", choices=TRANSPORTS)
+    q.add_argument("--out", help="file (default: stdout)")
+    q.add_argument("--json", action="store_true", help="report the file written as JSON")
+    q.add_argument("--db", help="SQLAlchemy URL (default: CCSCOPE_DB_URL or the embedded SQLite file)")
+    q.add_argument("--traces", help="trace directory (default: CCSCOPE_TRACE_DIR or the data dir)")
+    q = esub.add_parser(
+        "trace",
+        help="a stored measurement's traces (pcap, Parquet, JSON) or trace files as Parquet",
+        description="--measurement N exports what the store kept for it: the traces (json, "
+        "parquet) or the captures (pcap; kept only when the workers ran with "
+        "CCSCOPE_WORKER_KEEP_PCAP=1). Otherwise FILES (traces or captures) are converted.",
+    )
+    q.add_argument("files", nargs="*")
+    q.add_argument("--measurement", type=int, metavar="N")
+    q.add_argument("--format", choices=["json", "parquet", "pcap"], default="parquet")
+    q.add_argument("--align", choices=["capture", "sender"], default="sender", help="for captures")
+    q.add_argument("--out", help="directory (default: .)")
+    q.add_argument("--json", action="store_true")
+    q.add_argument("--db", help="SQLAlchemy URL (default: CCSCOPE_DB_URL or the embedded SQLite file)")
+    q.add_argument("--traces", help="trace directory (default: CCSCOPE_TRACE_DIR or the data dir)")
+    p.set_defaults(func=_cmd_export)
 
     from ccscope.lab.cli import register as register_lab
 
@@ -292,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-lab", action="store_true", help="leave the lab running afterwards")
     p.add_argument("--db", help="SQLAlchemy URL (default: CCSCOPE_DB_URL or the embedded SQLite file)")
     p.add_argument("--traces", help="trace directory (default: CCSCOPE_TRACE_DIR or the data dir)")
+    p.add_argument("--json", action="store_true", help="the census report as JSON (progress on stderr)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser(
@@ -316,7 +561,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cleanup", help="remove state left by killed shells")
     p.set_defaults(func=_cmd_cleanup)
+    _add_exit_codes(sub)
     return ap
+
+
+def _date(s: str) -> Any:
+    import datetime as dt
+
+    try:
+        return dt.date.fromisoformat(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {s!r}") from None
+
+
+def _add_exit_codes(sub: Any, codes: tuple[int, ...] = (), prefix: str = "") -> None:
+    """Every command's --help ends with the exit codes it can return."""
+    for name, p in sub.choices.items():
+        mine = EXIT_CODES.get(prefix + name, codes)
+        if not p.epilog:
+            p.epilog = exit_codes_help(*mine, EXIT_INTERRUPTED)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_exit_codes(action, mine, f"{prefix}{name} ")
 
 
 def _terminate(signum: int, _frame: object) -> None:
@@ -334,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ccscope: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

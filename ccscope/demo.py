@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sys
+from collections.abc import Callable
 
 from ccscope.lab.lab import Lab, LabParams
 from ccscope.store.core import Store, default_data_dir
@@ -75,6 +77,7 @@ def run_demo(
     vantages: tuple[VantageSpec, ...] = DEMO_VANTAGES,
     profiles: tuple[str, ...] = ("A", "B"),
     with_quic: bool = True,
+    as_json: bool = False,
 ) -> int:
     from ccscope.lab import ccas as zoo
 
@@ -87,9 +90,10 @@ def run_demo(
         zoo.ensure_loaded(zoo_needed)
     store = Store(db_url, trace_dir)
     store.migrate()
-    print(f"ccscope demo: store {store.engine.url.render_as_string(hide_password=True)}")
+    say = _say(as_json)
+    say(f"ccscope demo: store {store.engine.url.render_as_string(hide_password=True)}")
     lab = Lab()
-    print(
+    say(
         f"lab: {len(sites)} sites on {len(ccas)} CCAs ({', '.join(ccas)}) behind a 10 ms one-way "
         "Internet path"
     )
@@ -101,11 +105,10 @@ def run_demo(
             default_data_dir() / f"{DEMO_LIST}_{dt.date.today().isoformat()}.csv", [h for h, _ in sites]
         )
         list_name, _ = import_list_file(store, lst, DEMO_LIST)
-        print(
+        say(
             f"census of {len(sites)} sites from {len(vantages)} vantage points "
             f"({'; '.join(f'{v.name}: {v.description}' for v in vantages)}), "
-            f"profiles {'+'.join(profiles)}, up to {concurrency} concurrent measurements each ...",
-            flush=True,
+            f"profiles {'+'.join(profiles)}, up to {concurrency} concurrent measurements each ..."
         )
         rep = run_census(
             store,
@@ -124,7 +127,7 @@ def run_demo(
                 default_data_dir() / f"{DEMO_QUIC_LIST}_{dt.date.today().isoformat()}.csv", qsites
             )
             qname, _ = import_list_file(store, qlst, DEMO_QUIC_LIST)
-            print(f"census of {len(qsites)} HTTP/3 sites over QUIC (profiles A-quic+B-quic) ...", flush=True)
+            say(f"census of {len(qsites)} HTTP/3 sites over QUIC (profiles A-quic+B-quic) ...")
             qrep = run_census(
                 store,
                 qname,
@@ -139,20 +142,33 @@ def run_demo(
     finally:
         if not keep_lab:
             lab.down()
-    print()
-    print(rep.format())
-    if qrep is not None:
+    if as_json:
+        doc = rep.to_dict()
+        if qrep is not None:
+            doc["quic"] = qrep.to_dict()
+        print(json.dumps(doc, indent=2, default=str), flush=True)
+    else:
         print()
-        print(qrep.format())
-        print(
-            "QUIC truth = the TCP family the stack's CCA implements; today's classifier has no QUIC classes"
-        )
+        print(rep.format())
+        if qrep is not None:
+            print()
+            print(qrep.format())
+            print("QUIC truth = the TCP family the stack's CCA implements (no QUIC classes are trained)")
     ok = bool(rep.results) and all(r.state == "classified" for r in rep.results)
     if not ok:
         print("\nsome measurements failed; see the reasons above", file=sys.stderr)
     if serve:
-        _serve(store, rep, host, port)
+        _serve(store, rep, host, port, say)
     return 0 if ok else 1
+
+
+def _say(to_stderr: bool) -> Callable[[str], None]:
+    """Progress lines: stdout normally, stderr when stdout carries the JSON report."""
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr if to_stderr else sys.stdout, flush=True)
+
+    return say
 
 
 def _free_port(host: str, port: int) -> int:
@@ -169,7 +185,7 @@ def _free_port(host: str, port: int) -> int:
     return port
 
 
-def _serve(store: Store, rep: CensusReport, host: str, port: int) -> None:
+def _serve(store: Store, rep: CensusReport, host: str, port: int, say: Callable[[str], None]) -> None:
     import logging
 
     import uvicorn
@@ -178,12 +194,12 @@ def _serve(store: Store, rep: CensusReport, host: str, port: int) -> None:
 
     port = _free_port(host, port)
     base = f"http://{host}:{port}"
-    print(
-        f"\nAPI serving the store at {base} (docs: {base}/docs; Ctrl-C stops it). Try:\n"
+    say(
+        f"\nDashboard: {base}/   (the census beside the 2001-2023 published history; Ctrl-C stops it)\n"
+        f"API serving the store at {base}/v1 (docs: {base}/docs). Try:\n"
         f"  curl -s '{base}/v1/census?campaign_id={rep.campaign_id}'\n"
         f"  curl -s {base}/v1/domains/{rep.sites[0]}\n"
-        f"  curl -s {base}/v1/campaigns/{rep.campaign_id}",
-        flush=True,
+        f"  curl -s '{base}/v1/census.csv?campaign_id={rep.campaign_id}'"
     )
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     uvicorn.run(create_app(store), host=host, port=port, log_level="warning")

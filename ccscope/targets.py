@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ccscope.errors import TargetRefused
+from ccscope.settings import settings
 
 MAX_URL_LENGTH = 2048
 ALLOWED_SCHEMES = {"http": 80, "https": 443}
@@ -31,7 +32,7 @@ class Target:
 
 
 def lab_mode_enabled(explicit: bool = False) -> bool:
-    return explicit or os.environ.get("CCSCOPE_LAB", "") in ("1", "true", "yes")
+    return explicit or settings().lab
 
 
 def address_refusal(addr: str) -> str | None:

@@ -35,6 +35,7 @@ GROUPS = ("rtt", "loss", "cross", "access", "server", "profile")
 CROSS_CCAS = ("reno", "cubic", "bbr")
 PROGRAMS = ("lab", "nginx")
 _SEED_BITS = 60
+MIN_BDP_SEGMENTS = 8.0  # a drawn profile's MTU is capped so profile A's BDP holds this many packets
 
 
 class ConditionError(ValueError):
@@ -95,8 +96,9 @@ FACTORS: tuple[Factor, ...] = (
            50.0, 2000.0),
     Factor("profile_buffer_bdp", "profile", "0.5–4 × BDP", "uniform", "2", 0.5, 4.0),
     Factor("sack", "profile", "on, off", "off w.p. 0.4", "on"),
-    Factor("mtu", "profile", "100–1500", "100 w.p. 0.3, 1500 w.p. 0.3, else log-uniform", "100",
-           100, 1500),
+    Factor("mtu", "profile", "100–1500",
+           "100 w.p. 0.3, 1500 w.p. 0.3, else log-uniform; capped so profile A's BDP holds ≥ 8 packets",
+           "100", 100, 1500),
     Factor("profile_delays_ms", "profile", "A 20–80 ms, B = A + 30–100 ms (one way)", "uniform",
            "A 50, B 100", 20.0, 80.0),
 )  # fmt: skip
@@ -474,6 +476,11 @@ def _sample_profile(r: _Rng) -> ProfilePair:
         return ProfilePair()
     if kind == "nebby":
         return ProfilePair(kind="nebby", sack=False)
+    # a profile we choose must be able to show a CCA: at least MIN_BDP_SEGMENTS packets in
+    # profile A's own BDP (a window of a few segments grows by whole segments whatever the
+    # controller), so a slow rate gets a smaller MTU; the draws above are unchanged
+    cap = rate * 1e3 * (2.0 * da / 1e3) / 8.0 / MIN_BDP_SEGMENTS
+    mtu = max(100, min(mtu, int(cap)))
     return ProfilePair("space", rate, buf, sack, mtu, da, db)
 
 

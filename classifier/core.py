@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,11 @@ def classify(
 ) -> Verdict:
     """Classify one server from its traces (typically the two profiles of one measurement)."""
     m = model or _load_model(str(model_path) if model_path else None)
-    return verdict_from_summaries([summarise(t) for t in traces], m)
+    v = verdict_from_summaries([summarise(t) for t in traces], m)
+    # Which alignment was read (the model's is in its training record): a reader can tell a
+    # verdict on sender-aligned traces from one forced onto capture-aligned ones.
+    aligned = sorted({t.alignment for t in traces}) or ["none"]
+    return replace(v, evidence={**v.evidence, "alignment": "+".join(aligned)})
 
 
 def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdict:

@@ -4,15 +4,18 @@ Every measurement is one CCA under one seeded draw of the condition space
 (`classifier/conditions.py`), through both of the draw's profiles. One CCA per draw, so every
 CCA meets as many different paths as there are measurements of it. The sets:
 
-| set | draws | per CCA | what it answers |
-|---|---|---|---|
-| `train` | `full` space, train split; each factor group held at its mildest with probability `MILD_P`, independently | `N_TRAIN` | fitting and (out of bag) calibration |
-| `heldout_runs` | the first `N_RUNS` training draws of each CCA, a second run (new emulator seeds) | `N_RUNS` | the old "held-out runs": a path trained on, a run never seen |
-| `unseen` | `full` space, eval split | `N_UNSEEN` | will it hold out there? |
-| `variants` | `full` space, eval split | `N_VARIANTS` per variant | untrained variants should be Unknown |
-| `variants_design` | `full` space, calib split | `N_VARIANTS_DESIGN` per variant | what the Unknown rules' settings were chosen on (never scored) |
-| `other_profiles` | `other-profiles` space, eval split | `N_OTHER` | imported captures' bottlenecks (SACK off, 1xBDP, 50-400 kbit/s, MTU 100) |
-| `demo` | `demo` space, eval split | `N_DEMO` | the demo's set-up |
+* `train` (`N_TRAIN` per CCA): `full` space, train split; each factor group held at its
+  mildest with probability `MILD_P`, independently. Fitting and (out of bag) calibration.
+* `heldout_runs` (`N_RUNS` per CCA): the first training draws of each CCA, a second run (new
+  emulator seeds): the old "held-out runs", a path trained on and a run never seen.
+* `unseen` (`N_UNSEEN` per CCA): `full` space, eval split. Will it hold out there?
+* `variants` (`N_VARIANTS` per variant): `full` space, eval split. Untrained variants should be
+  Unknown.
+* `variants_design` (`N_VARIANTS_DESIGN` per variant): `full` space, calib split. What the
+  Unknown rules' settings were chosen on; never scored.
+* `other_profiles` (`N_OTHER` per CCA): `other-profiles` space, eval split: imported captures'
+  bottlenecks (SACK off, 1xBDP, 50-400 kbit/s, MTU 100).
+* `demo` (`N_DEMO` per CCA): the demo's set-up.
 
 Training draws hold factor groups at their mildest at random so that leave-one-factor-out
 models (train where a group was mild, test across its range) need no extra measurements; the

@@ -16,14 +16,9 @@ from urllib.parse import urljoin
 
 import httpx
 
-from ccscope import __version__
 from ccscope.errors import TargetRefused
+from ccscope.identity import USER_AGENT
 from ccscope.targets import resolve_target
-
-# The same identifying User-Agent (with a contact URL) as the measurement downloads
-# (ccscope.capture.fetch.USER_AGENT; a test keeps the two equal). Defined here too so that the
-# API, which checks robots.txt through this client, never imports capture/.
-USER_AGENT = f"ccscope/{__version__} (+https://github.com/ccscope/ccscope; congestion-control census)"
 
 MAX_REDIRECTS = 5
 

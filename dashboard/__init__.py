@@ -1,1 +1,4 @@
-"""Placeholder: this component arrives with a later issue (see README)."""
+"""The census dashboard: server-rendered pages over the store, mounted by the API process.
+
+`dashboard_router(store)` (dashboard/router.py) is included by `ccscope.api.app.create_app`.
+"""

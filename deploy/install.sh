@@ -16,7 +16,8 @@ APT_PKGS=(iproute2 nftables iputils-ping procps openssl curl ca-certificates
           build-essential pkg-config python3 python3-venv tshark
           clang bpftool libelf-dev zlib1g-dev postgresql redis-server
           nginx-light ethtool
-          cmake)  # cmake: quiche builds its vendored BoringSSL with it
+          chromium chromium-driver
+          cmake)  # chromium: the dashboard's browser tests; cmake: quiche's BoringSSL
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

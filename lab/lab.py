@@ -48,6 +48,7 @@ from ccscope.lab.registry import (
 )
 from ccscope.lab.server import DEFAULT_LARGE_BYTES, ListenerSpec, ServerConfig
 from ccscope.lab.tcpinfo import set_cca
+from ccscope.settings import settings
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -74,7 +75,7 @@ _SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
 def lab_state_dir(state_dir: str | Path | None = None) -> Path:
     if state_dir is not None:
         return Path(state_dir)
-    env = os.environ.get("CCSCOPE_LAB_DIR")
+    env = settings().lab_dir
     return Path(env) if env else DEFAULT_STATE_DIR
 
 

@@ -12,7 +12,6 @@ measurement exactly once. The store is CCSCOPE_DB_URL (+ CCSCOPE_TRACE_DIR), as 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 from typing import Any
@@ -22,6 +21,7 @@ from celery.beat import PersistentScheduler
 from celery.schedules import crontab
 from sqlalchemy.exc import OperationalError
 
+from ccscope.settings import settings
 from ccscope.store.core import Store
 from ccscope.workers.tasks import (
     Transient,
@@ -43,10 +43,11 @@ def queue_name(vantage: str) -> str:
     return f"measure.{vantage}"
 
 
+_cfg = settings()
 app = Celery("ccscope")
 app.conf.update(
-    broker_url=os.environ.get("CCSCOPE_BROKER_URL", DEFAULT_BROKER),
-    result_backend=os.environ.get("CCSCOPE_RESULT_URL", os.environ.get("CCSCOPE_BROKER_URL", DEFAULT_BROKER)),
+    broker_url=_cfg.broker_url or DEFAULT_BROKER,
+    result_backend=_cfg.result_url or _cfg.broker_url or DEFAULT_BROKER,
     task_acks_late=True,  # ack after the run: a killed worker's task is delivered again
     task_reject_on_worker_lost=True,  # a pool child that dies puts its task back at once
     worker_prefetch_multiplier=1,  # a busy worker does not sit on other measurements
@@ -59,9 +60,9 @@ app.conf.update(
     # killed worker's measurement is re-run. It must exceed the longest measurement, or live
     # tasks are delivered twice (harmless, thanks to the state machine, but wasteful).
     broker_transport_options={
-        "visibility_timeout": float(os.environ.get("CCSCOPE_VISIBILITY_TIMEOUT", "3600")),
+        "visibility_timeout": _cfg.visibility_timeout,
         # Look for such messages every interval (kombu's default scans only every 10th, 100 s).
-        "unacked_restore_interval": float(os.environ.get("CCSCOPE_RESTORE_INTERVAL", "10")),
+        "unacked_restore_interval": _cfg.restore_interval,
         "unacked_restore_throttle": 1,
     },
     timezone="UTC",
@@ -82,15 +83,13 @@ def get_store() -> Store:
 
 
 def _backoff(retries: int) -> float:
-    base = float(os.environ.get("CCSCOPE_WORKER_RETRY_BASE", "5"))
-    cap = float(os.environ.get("CCSCOPE_WORKER_RETRY_CAP", "300"))
+    cfg = settings()
+    base, cap = cfg.worker_retry_base, cfg.worker_retry_cap
     # Jitter spreads workers that collided on one site lease.
     return min(cap, base * 2 ** min(retries, 10)) * random.uniform(0.75, 1.25)
 
 
-@app.task(
-    name="ccscope.measure", bind=True, max_retries=int(os.environ.get("CCSCOPE_WORKER_MAX_RETRIES", "30"))
-)
+@app.task(name="ccscope.measure", bind=True, max_retries=_cfg.worker_max_retries)
 def measure_task(self: Any, measurement_id: int, vantage: str) -> dict[str, Any]:
     store = get_store()
     try:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ccscope.errors import CCScopeError
+from ccscope.progress import bar
 from ccscope.store.core import CensusRow, Conflict, NotFound, Store
 from ccscope.workers.embedded import EmbeddedWorkers
 from ccscope.workers.tasks import WorkerConfig, plan_campaign
@@ -158,10 +160,12 @@ def run_census(
     campaign_name: str | None = None,
     truth: Callable[..., str | None] | None = None,
     worker_overrides: dict[str, Any] | None = None,
+    progress: bool = True,
     transports: Sequence[str] = ("tcp",),
 ) -> CensusReport:
     """Create a one-off campaign over the top `top` sites and run it now from every vantage
-    point (each its own pool of `concurrency` concurrent measurements)."""
+    point (each its own pool of `concurrency` concurrent measurements). `progress`: a bar of
+    finished measurements on stderr (only when it is a terminal)."""
     if top < 1:
         raise CCScopeError("--top must be at least 1")
     if not vantages:
@@ -196,13 +200,22 @@ def run_census(
     errors: dict[int, str] = {}
     with EmbeddedWorkers(store, cfgs, concurrency=concurrency) as w:
         planned = plan_campaign(store, c.id, slot)
-        for mid, f in w.submit_planned(planned).items():
+        futures = {f: mid for mid, f in w.submit_planned(planned).items()}
+        b = bar(len(futures), "census", unit="site") if progress else None
+        for f in as_completed(futures):
+            mid = futures[f]
             # One measurement's unexpected error must not lose the census: its row stays where
             # it stopped (e.g. captured, for a later re-classification) and the report says why.
             try:
-                f.result()
+                out = f.result()
+                if b is not None:
+                    b.set_postfix_str(f"{getattr(out, 'detail', '')}"[:40], refresh=False)
             except Exception as e:
                 errors[mid] = f"{type(e).__name__}: {e}"
+            if b is not None:
+                b.update(1)
+        if b is not None:
+            b.close()
     seconds = time.monotonic() - t0
     results = [_site_result(store, p.measurement_id, truth, errors.get(p.measurement_id)) for p in planned]
     results.sort(key=lambda r: (r.domain, r.vantage))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-import os
 import shlex
 import shutil
 import tempfile
@@ -28,11 +27,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ccscope.errors import CCScopeError
+from ccscope.settings import settings
 from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
 from ccscope.store.models import Campaign, Measurement, utcnow
 from ccscope.transports import get_transport
 
 log = logging.getLogger("ccscope.workers")
+TRACE_MEDIA_TYPE = "application/json"
+PCAP_MEDIA_TYPE = "application/vnd.tcpdump.pcap"
 
 # Errors of a download that say "try again later" rather than "this site cannot be measured".
 _TRANSIENT_MARKS = (
@@ -71,33 +73,38 @@ class WorkerConfig:
     heartbeat_seconds: float = 20.0
     min_gap_seconds: float = 10.0
     keep_files: bool = False  # the traces are in the store; the scratch directory can go
+    # Store each profile's pcap beside its trace (open data: the capture itself). Off by
+    # default: a census of many sites would keep ~10x the bytes of the traces.
+    keep_pcap: bool = False
     # Link options of an emulated access path around every download (lab vantage points: a
     # second "location" of the same lab is a different path to it). Empty on a real vantage.
     access: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, vantage: str, **overrides: object) -> WorkerConfig:
-        """Worker processes (Celery) take their knobs from the environment."""
-        env = os.environ
+        """Worker processes (Celery) take their knobs from the environment (ccscope.settings)."""
+        env = settings()
         cfg = cls(vantage=vantage)
-        if env.get("CCSCOPE_WORKER_PROFILES"):
-            cfg = replace(cfg, profiles=tuple(env["CCSCOPE_WORKER_PROFILES"].split(",")))
-        for name, key, conv in (
-            ("timeout", "CCSCOPE_WORKER_TIMEOUT", float),
-            ("lease_seconds", "CCSCOPE_WORKER_LEASE", float),
-            ("stale_after_seconds", "CCSCOPE_WORKER_STALE_AFTER", float),
-            ("heartbeat_seconds", "CCSCOPE_WORKER_HEARTBEAT", float),
-            ("min_gap_seconds", "CCSCOPE_WORKER_MIN_GAP", float),
-            ("max_bytes", "CCSCOPE_WORKER_MAX_BYTES", int),
+        if env.worker_profiles:
+            cfg = replace(cfg, profiles=tuple(env.worker_profiles.split(",")))
+        for name, value in (
+            ("timeout", env.worker_timeout),
+            ("lease_seconds", env.worker_lease),
+            ("stale_after_seconds", env.worker_stale_after),
+            ("heartbeat_seconds", env.worker_heartbeat),
+            ("min_gap_seconds", env.worker_min_gap),
+            ("max_bytes", env.worker_max_bytes),
         ):
-            if env.get(key):
-                cfg = replace(cfg, **{name: conv(env[key])})
-        if env.get("CCSCOPE_WORKER_ACCESS"):
-            cfg = replace(cfg, access=tuple(shlex.split(env["CCSCOPE_WORKER_ACCESS"])))
-        if env.get("CCSCOPE_WORKER_DIR"):
-            cfg = replace(cfg, out_root=Path(env["CCSCOPE_WORKER_DIR"]))
-        if env.get("CCSCOPE_LAB", "") in ("1", "true", "yes"):
+            if value is not None:
+                cfg = replace(cfg, **{name: value})
+        if env.worker_access:
+            cfg = replace(cfg, access=tuple(shlex.split(env.worker_access)))
+        if env.worker_dir:
+            cfg = replace(cfg, out_root=env.worker_dir)
+        if env.lab:
             cfg = replace(cfg, lab=True)
+        if env.worker_keep_pcap:
+            cfg = replace(cfg, keep_pcap=True)
         return replace(cfg, **overrides)  # type: ignore[arg-type]
 
 
@@ -142,11 +149,12 @@ def _classify_stored(store: Store, measurement_id: int) -> Outcome:
     from ccscope.trace import Trace
 
     m = store.get_measurement(measurement_id)
-    if not m.traces:
+    stored = [t for t in m.traces if t.media_type == TRACE_MEDIA_TYPE]
+    if not stored:
         return _fail(store, measurement_id, "captured without traces")
     with tempfile.TemporaryDirectory(prefix="ccscope-classify-") as tmp:
         traces = []
-        for i, t in enumerate(m.traces):
+        for i, t in enumerate(stored):
             p = Path(tmp) / f"{i}.trace.json"
             p.write_bytes(store.read_trace(t.sha256))
             traces.append(Trace.load(p))
@@ -300,12 +308,21 @@ def _measure_and_classify(
         if definitive and len(definitive) == len(runs):
             r0 = definitive[0]
             return _fail(store, mid, f"QUIC {r0.fetch['error_kind']}: {r0.error}")
-        files = [(r.profile, r.trace_file) for r in runs if r.trace_file]
+        # The sender-aligned trace: the alignment the classifier's model is trained on (the
+        # capture-aligned one is what the bottleneck saw, kept in the pcap when asked for).
+        files = [
+            (r, r.sender_trace_file or r.trace_file) for r in runs if r.sender_trace_file or r.trace_file
+        ]
         errors = [f"{r.profile}: {r.error}" for r in runs if r.error]
         if not files:
             return _after_error(store, mid, "; ".join(errors) or "the download left no trace")
-        for profile, path in files:
-            store.add_trace(mid, Path(path).read_bytes(), profile=profile)
+        for r, path in files:
+            store.add_trace(mid, Path(path).read_bytes(), profile=r.profile)
+        if cfg.keep_pcap:
+            for r, _ in files:
+                pcap = Path(r.pcap_file) if getattr(r, "pcap_file", None) else None
+                if pcap is not None and pcap.exists():
+                    store.add_trace(mid, pcap.read_bytes(), profile=r.profile, media_type=PCAP_MEDIA_TYPE)
     finally:
         if not cfg.keep_files:
             shutil.rmtree(out, ignore_errors=True)

@@ -59,6 +59,7 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
+from ccscope.settings import settings
 from ccscope.store import Store
 from ccscope.store.pgcluster import free_port, running_cluster
 
@@ -478,7 +479,7 @@ def main() -> int:
                 time.sleep(0.2)
             from ccscope.api.server import default_workers
 
-            workers = args.workers or int(os.environ.get("CCSCOPE_API_WORKERS") or default_workers())
+            workers = args.workers or settings().api_workers or default_workers()
             checked = check_census(store, base, data, random.Random(args.seed + 1))
             log(f"API up on :{port} with {workers} worker(s); {checked} census answers match the table")
 

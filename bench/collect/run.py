@@ -10,7 +10,8 @@ grows is the host keeping up, which shows as emulator lateness and as failed job
 Figures (one JSON object):
     per_k                  rows: K, jobs, wall seconds, jobs per hour, ok/partial/failed, the
                            jobs' summed download seconds / wall (the parallel speed-up),
-                           emulator lateness p99 (worst profile shell), CPU busy share
+                           emulator lateness p99 (worst profile shell), the share of downloads
+                           whose profile shell ran more than 1 ms late (p99), CPU busy share
     jobs_per_hour          {K: jobs per hour}
     campaign               hours for `--campaign` measurements at each K, scaled from the
                            measured jobs-per-hour by the ratio of the campaign's estimated work
@@ -43,6 +44,15 @@ def _cpu() -> tuple[float, float]:
     return sum(v), idle
 
 
+def _late_share(root: Path, limit_us: float = 1000.0) -> float | None:
+    """Share of downloads whose profile shell released its packets more than `limit_us` late
+    (p99): those traces are distorted by a host that did not keep up."""
+    from ccscope.classifier.collect import _lateness_p99
+
+    v = [x for x in (_lateness_p99(f) for f in root.rglob("[AB].stats.json")) if x is not None]
+    return round(sum(x > limit_us for x in v) / len(v), 3) if v else None
+
+
 def _lateness(root: Path) -> float | None:
     worst = None
     for st in root.rglob("[AB].stats.json"):
@@ -68,7 +78,18 @@ def main() -> int:
     ap.add_argument("--state-prefix", default="/run/ccscope/lab-bench-collect-")
     ap.add_argument("--root", type=Path, default=Path("/var/tmp/ccscope-bench-collect"))
     ap.add_argument("--campaign", type=int, default=1500, help="measurements in the campaign estimate")
+    ap.add_argument(
+        "--rescore", action="store_true", help="recompute the lateness figures of --out from --root"
+    )
     args = ap.parse_args()
+    if args.rescore:
+        doc = json.loads(args.out.read_text())
+        for row in doc["per_k"]:
+            root = args.root / f"k{row['k']}"
+            row["lateness_p99_us_worst"] = _lateness(root)
+            row["downloads_late_over_1ms"] = _late_share(root)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        return 0
     ccas = tuple(args.ccas.split(",")) if args.ccas else default_ccas()
     ds = c.draws(args.draws, "full", "test", start=args.start)
     jobs = c.plan_jobs(ds, ccas)
@@ -100,6 +121,7 @@ def main() -> int:
             "capped_downloads": summ.capped_downloads,
             "download_s_per_wall_s": round(dl / wall, 2),
             "lateness_p99_us_worst": _lateness(root),
+            "downloads_late_over_1ms": _late_share(root),
             "cpu_busy": round(busy, 3),
             "estimate_s": summ.estimate_s,
         }

@@ -25,8 +25,10 @@ import threading
 import time
 from pathlib import Path
 
+from ccscope.settings import settings
+
 REPO = Path(__file__).resolve().parents[2]
-BIN = os.environ.get("CCSCOPE_LINK") or str(REPO / "capture/link/target/release/ccscope-link")
+BIN = str(settings().link or REPO / "capture/link/target/release/ccscope-link")
 TMP = Path(tempfile.mkdtemp(prefix="ccscope-emu-bench-"))
 
 # Client run inside a shell: read a TCP stream until EOF, report goodput.

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from ccscope.settings import settings
+
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -94,7 +96,7 @@ class S3Blobs:
         self.url = url
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
-        self.endpoint_url = endpoint_url or os.environ.get("CCSCOPE_S3_ENDPOINT") or None
+        self.endpoint_url = endpoint_url or settings().s3_endpoint or None
         if client is None:
             import boto3
             from botocore.config import Config

@@ -32,12 +32,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--name", required=True, help="list name, e.g. tranco")
     p.add_argument("--date", type=dt.date.fromisoformat, help="list date (default: from the file name)")
     p.add_argument("--format", choices=["tranco", "alexa"], help="default: detected (header or not)")
+    p.add_argument("--json", action="store_true", help="what was imported, as JSON")
     p.set_defaults(func=cmd_lists)
 
     p = with_db(subparsers.add_parser("vantage", help="add or list vantage points"))
     p.add_argument("action", choices=["add", "list"])
     p.add_argument("name", nargs="?")
     p.add_argument("--description", default="")
+    p.add_argument("--json", action="store_true", help="the vantage points as JSON")
     p.set_defaults(func=cmd_vantage)
 
     p = with_db(subparsers.add_parser("optout", help="exclude a domain (and its subdomains) for good"))
@@ -84,6 +86,17 @@ def cmd_lists(args: argparse.Namespace) -> int:
         raise CCScopeError(f"{args.file}: {e}") from None
     day = args.date or date_from_name(args.file) or dt.date.today()
     sl = _store(args).import_list(args.name, day, parsed.entries, parsed.source_format)
+    if args.json:
+        doc = {
+            "name": args.name,
+            "date": day.isoformat(),
+            "sites": sl.size,
+            "format": parsed.source_format,
+            "skipped": parsed.skipped,
+            "problems": list(parsed.problems),
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
     print(f"imported {sl.size} sites as {args.name} {day} ", end="")
     print(f"({parsed.source_format}; {parsed.skipped} lines skipped)")
     for p in parsed.problems:
@@ -97,7 +110,11 @@ def cmd_vantage(args: argparse.Namespace) -> int:
         if not args.name:
             raise CCScopeError("vantage add needs a name")
         s.add_vantage(args.name, args.description)
-    for v in s.vantages():
+    vs = s.vantages()
+    if args.json:
+        print(json.dumps([{"name": v.name, "description": v.description} for v in vs], indent=2))
+        return 0
+    for v in vs:
         print(f"{v.name}\t{v.description}")
     return 0
 

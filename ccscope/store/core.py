@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
 import re
@@ -25,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ccscope.errors import CCScopeError
+from ccscope.settings import settings
 from ccscope.store.blobs import BlobStore, open_blobs
 from ccscope.store.models import (
     Campaign,
@@ -81,7 +83,7 @@ class OptedOut(Conflict):
 
 
 def default_data_dir() -> Path:
-    base = os.environ.get("CCSCOPE_DATA_DIR") or os.path.join(
+    base = settings().data_dir or os.path.join(
         os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "ccscope"
     )
     return Path(base)
@@ -234,9 +236,9 @@ class Store:
         a connection the server dropped then fails one request and the pool is refreshed."""
         data = default_data_dir()
         if url is None:
-            url = os.environ.get("CCSCOPE_DB_URL") or f"sqlite:///{data / 'ccscope.db'}"
+            url = settings().db_url or f"sqlite:///{data / 'ccscope.db'}"
         if trace_dir is None:
-            trace_dir = os.environ.get("CCSCOPE_TRACE_DIR") or str(data / "traces")
+            trace_dir = settings().trace_dir or str(data / "traces")
         if url.startswith("postgresql://"):
             url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
         self.url = url
@@ -626,7 +628,9 @@ class Store:
             )
             if res.rowcount != 1:  # type: ignore[attr-defined]
                 raise IllegalTransition(f"measurement {measurement_id} changed state concurrently")
-            evidence = verdict.to_dict()
+            # The canonical document (NaN as null, floats rounded): PostgreSQL's JSON type
+            # refuses NaN, which feature values in the evidence can be.
+            evidence = json.loads(verdict.to_json())
             evidence.pop("label", None)
             row = VerdictRow(
                 measurement_id=measurement_id,
@@ -636,6 +640,7 @@ class Store:
                 measured_on=(aware(m.started_at) or now).date(),
                 label=verdict.label,
                 kind=verdict.kind,
+                nearest=(verdict.nearest or None) and verdict.nearest[:64],
                 confidence=verdict.confidence,
                 evidence=evidence,
                 classifier_version=verdict.classifier_version,
@@ -784,6 +789,118 @@ class Store:
         rows = [CensusRow(day, v, t, label, n, totals[(day, v, t)]) for day, v, t, label, n in raw if n]
         rows.sort(key=lambda r: (r.date, r.vantage, r.transport, -r.count, r.label))
         return rows
+
+    def unknown_families(
+        self,
+        date_from: dt.date | None = None,
+        date_to: dt.date | None = None,
+        vantage: str | None = None,
+        transport: str | None = None,
+    ) -> list[tuple[dt.date, str, str, str, int]]:
+        """Unknown verdicts per (date, vantage, transport, nearest family): the "X-like" split of
+        the Unknown share (index ix_verdicts_kind_day)."""
+        fam = func.coalesce(VerdictRow.nearest, "?")
+        q = (
+            select(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, fam, func.count())
+            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+            .where(VerdictRow.kind == "unknown")
+        )
+        if date_from:
+            q = q.where(VerdictRow.measured_on >= date_from)
+        if date_to:
+            q = q.where(VerdictRow.measured_on <= date_to)
+        if vantage:
+            q = q.where(VantagePoint.name == vantage)
+        if transport:
+            q = q.where(VerdictRow.transport == transport)
+        q = q.group_by(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, fam)
+        with self._reader.connect() as c:
+            rows = [(d, v, t, str(f), int(n)) for d, v, t, f, n in c.execute(q)]
+        rows.sort(key=lambda r: (r[0], r[1], r[2], -r[4], r[3]))
+        return rows
+
+    EXPORT_COLUMNS = (
+        "measurement_id", "campaign_id", "domain", "vantage", "transport", "measured_on", "label",
+        "kind", "nearest", "confidence", "classifier_version", "created_at",
+    )  # fmt: skip
+
+    def export_verdicts(
+        self,
+        campaign_id: int | None = None,
+        date_from: dt.date | None = None,
+        date_to: dt.date | None = None,
+        vantage: str | None = None,
+        transport: str | None = None,
+        batch: int = 5000,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Every verdict matching the filters as a row of EXPORT_COLUMNS, in measurement order
+        (streamed in batches: a census of millions never sits in memory at once)."""
+        q = (
+            select(
+                VerdictRow.measurement_id,
+                Measurement.campaign_id,
+                Site.domain,
+                VantagePoint.name,
+                VerdictRow.transport,
+                VerdictRow.measured_on,
+                VerdictRow.label,
+                VerdictRow.kind,
+                VerdictRow.nearest,
+                VerdictRow.confidence,
+                VerdictRow.classifier_version,
+                VerdictRow.created_at,
+            )
+            .join(Measurement, Measurement.id == VerdictRow.measurement_id)
+            .join(Site, Site.id == VerdictRow.site_id)
+            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+            .order_by(VerdictRow.measurement_id)
+        )
+        if campaign_id is not None:
+            q = q.where(Measurement.campaign_id == campaign_id)
+        if date_from:
+            q = q.where(VerdictRow.measured_on >= date_from)
+        if date_to:
+            q = q.where(VerdictRow.measured_on <= date_to)
+        if vantage:
+            q = q.where(VantagePoint.name == vantage)
+        if transport:
+            q = q.where(VerdictRow.transport == transport)
+        with self._reader.connect() as c:
+            res = c.execution_options(yield_per=batch).execute(q)
+            for r in res:
+                yield (*r[:11], aware(r[11]))
+
+    def recent_domains(self, limit: int = 20) -> list[tuple[str, str, str, dt.date]]:
+        """The domains with the newest verdicts: (domain, label, vantage, measured_on)."""
+        q = (
+            select(Site.domain, VerdictRow.label, VantagePoint.name, VerdictRow.measured_on)
+            .join(Site, Site.id == VerdictRow.site_id)
+            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
+            .order_by(VerdictRow.id.desc())
+            .limit(limit * 4)
+        )
+        seen: dict[str, tuple[str, str, str, dt.date]] = {}
+        with self._reader.connect() as c:
+            for d, label, v, day in c.execute(q):
+                seen.setdefault(d, (d, label, v, day))
+        return list(seen.values())[:limit]
+
+    def measurement_states(self) -> dict[str, int]:
+        """How many measurements are in each state (the /metrics gauge)."""
+        q = select(Measurement.state, func.count()).group_by(Measurement.state)
+        with self._reader.connect() as c:
+            return {str(k): int(n) for k, n in c.execute(q)}
+
+    def verdict_labels(self) -> dict[str, int]:
+        """Verdicts per label, from the aggregated census (cheap at any size)."""
+        q = select(CensusCount.label, func.sum(CensusCount.n)).group_by(CensusCount.label)
+        with self._reader.connect() as c:
+            return {str(k): int(n) for k, n in c.execute(q)}
+
+    def ping(self) -> None:
+        """One round trip to the database; raises if it cannot be reached."""
+        with self._reader.connect() as c:
+            c.execute(select(1))
 
     # ---- politeness -------------------------------------------------------------------------
 
@@ -960,7 +1077,7 @@ def _pool_args(url: str) -> dict[str, int]:
     $CCSCOPE_DB_POOL sets the pool (overflow: twice that); in-memory SQLite keeps its own pool."""
     if url.startswith("sqlite") and (url.endswith(":memory:") or url.rstrip("/") == "sqlite:"):
         return {}
-    size = max(1, int(os.environ.get("CCSCOPE_DB_POOL", "20")))
+    size = settings().db_pool
     return {"pool_size": size, "max_overflow": 2 * size}
 
 

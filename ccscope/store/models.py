@@ -159,6 +159,7 @@ class VerdictRow(Base):
         # Denormalised keys: the domain lookup and the census never need to join measurements.
         Index("ix_verdicts_site_time", "site_id", "created_at"),
         Index("ix_verdicts_census", "measured_on", "vantage_id", "transport"),
+        Index("ix_verdicts_kind_day", "kind", "measured_on"),  # the Unknown share and its families
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -171,6 +172,7 @@ class VerdictRow(Base):
     measured_on: Mapped[dt.date] = mapped_column(Date)
     label: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(16))
+    nearest: Mapped[str | None] = mapped_column(String(64), nullable=True)  # unknown: closest family
     confidence: Mapped[float] = mapped_column(Float)
     evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
     classifier_version: Mapped[str] = mapped_column(String(64))

@@ -19,11 +19,12 @@ kernel a failed attempt leaks a reference and the CCA can never be unregistered.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from ccscope.settings import settings
 
 HERE = Path(__file__).resolve().parent
 BUILD_DIR = HERE / "build"
@@ -50,7 +51,7 @@ class CCAError(RuntimeError):
 
 
 def _bin() -> Path:
-    b = Path(os.environ.get("CCSCOPE_CCA_BIN", BIN))
+    b = Path(settings().cca_bin or BIN)
     if not b.exists():
         raise CCAError(f"{b} is not built; run lab/ccas/build.sh")
     return b
@@ -155,7 +156,7 @@ def loaded() -> list[dict[str, Any]]:
 
 
 def _bin_exists() -> bool:
-    return Path(os.environ.get("CCSCOPE_CCA_BIN", BIN)).exists()
+    return Path(settings().cca_bin or BIN).exists()
 
 
 def ensure_loaded(names: str | Iterable[str]) -> list[str]:

@@ -215,7 +215,8 @@ def test_malformed_files_raise_clear_errors(tmp_path: Path) -> None:
 def test_cli_classify_json_and_errors(tmp_path: Path) -> None:
     r = cli("classify", "--json", str(fixture_path("cubic", "A")), str(fixture_path("cubic", "B")))
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["label"] == "cubic"
+    doc = json.loads(r.stdout)
+    assert [v["verdict"]["label"] for v in doc["verdicts"]] == ["cubic"]
     bad = tmp_path / "x.trace.json"
     bad.write_text("[]")
     r = cli("classify", str(bad))
@@ -235,4 +236,5 @@ def test_pcap_and_nebby_csv_inputs(tmp_path: Path) -> None:
         v = classify([tr])
         assert v.kind in ("cca", "unknown", "insufficient") and v.explanation
         r = cli("classify", "--json", str(path))
-        assert r.returncode in (0, 5, 6) and json.loads(r.stdout)["format"] == "ccscope-verdict/1"
+        assert r.returncode in (0, 5, 6)
+        assert json.loads(r.stdout)["verdicts"][0]["verdict"]["format"] == "ccscope-verdict/1"

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from ccscope.classifier import classify
-from ccscope.classifier.cli import DEFAULT_EVAL_DIR as EVAL_DIR
 from ccscope.classifier.core import summarise
 from ccscope.classifier.dataset import Sample
 from ccscope.classifier.model import DEFAULT_MODEL, Model
@@ -31,6 +30,8 @@ from ccscope.classifier.train import (
 from ccscope.trace import Trace
 from tests.classifier.conftest import CCAS, CLASS_OF, cli, fixture_path, load
 
+# The committed evaluation (`ccscope eval --out bench/classifier/eval` rewrites it).
+EVAL_DIR = Path(__file__).resolve().parents[2] / "bench" / "classifier" / "eval"
 BENCH_JSON = EVAL_DIR.parent.parent / "results" / "classifier.json"
 
 

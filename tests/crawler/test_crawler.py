@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from ccscope.capture.fetch import USER_AGENT
+from ccscope.capture.fetch import USER_AGENT as FETCH_USER_AGENT
 from ccscope.crawler.discover import Limits, extract_links, find_largest_object
 from ccscope.crawler.http import USER_AGENT as CRAWLER_USER_AGENT
 from ccscope.crawler.http import CrawlError, SafeClient
 from ccscope.crawler.lists import ListFormatError, date_from_name, parse_list
 from ccscope.crawler.site import object_for_site
 from ccscope.errors import TargetRefused
+from ccscope.identity import USER_AGENT
 from ccscope.store import Store
 from tests.crawler.sites import Route, Site, serve
 
@@ -67,7 +68,7 @@ def test_finds_largest_object_two_levels_deep(site: Site) -> None:
     paths = [p for _, p, _ in site.log]
     assert "/private/huge.bin" not in paths
     assert ("GET", "/page2.html") not in [(m, p) for m, p, _ in site.log]  # level 2 is probed, not parsed
-    assert CRAWLER_USER_AGENT == USER_AGENT  # one identity for the crawler and the downloads
+    assert CRAWLER_USER_AGENT is USER_AGENT is FETCH_USER_AGENT  # one identity, defined once
     assert all(ua == USER_AGENT for _, _, ua in site.log)
     assert "contact" in USER_AGENT or "+http" in USER_AGENT
 

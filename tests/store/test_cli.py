@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,16 @@ def test_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     s = Store(db[1], db[3])
     assert s.get_list("tranco").size == 2 and [v.name for v in s.vantages()] == ["paris"]
     assert s.is_opted_out("www.b.example")
+
+
+def test_json_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = ["--db", f"sqlite:///{tmp_path / 's.db'}", "--traces", str(tmp_path / "t")]
+    lst = tmp_path / "tranco_2026-11-01.csv"
+    lst.write_text("1,a.example\n2,b.example\nbogus\n")
+    assert _run(["lists", "import", str(lst), "--name", "tranco", "--json", *db]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["name"], doc["date"], doc["sites"], doc["skipped"]) == ("tranco", "2026-11-01", 2, 1)
+    assert _run(["vantage", "add", "paris", "--description", "EU", "--json", *db]) == 0
+    capsys.readouterr()
+    assert _run(["vantage", "list", "--json", *db]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"name": "paris", "description": "EU"}]

@@ -306,6 +306,8 @@ Global: --seed N  --bdp-rtt MS  --mtu N  --no-sack  --pcap FILE  --stats FILE
   --ready-fd N
 Rate SPEC: inf | 200kbit | 1.5mbit | 8000bit | 500pps | RATE:DUR,...,RATE
   (DUR: 10s, 250ms, 1500p). Buffer SPEC: inf | 5000B | 50p | 2bdp
+Exit status: CMD's own; 2 a usage error (bad option); 7 the link could not be set up
+  (not root, no TUN, a bad --pcap path...), with one 'ccscope-link: error:' line.
 ";
 
 fn fmt_num(x: f64) -> String {

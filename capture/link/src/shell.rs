@@ -26,6 +26,9 @@ fn eprint_err(msg: &str) {
     eprintln!("ccscope-link: error: {}", msg);
 }
 
+/// Exit status when the link could not be set up or run (distinct from 2, a usage error).
+pub const EXIT_SETUP: i32 = 7;
+
 pub fn main_entry() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cfg = match config::parse_args(&args) {
@@ -48,7 +51,7 @@ pub fn main_entry() -> i32 {
         Mode::Cleanup => {
             if !sys::is_root() {
                 eprint_err("must run as root");
-                return 2;
+                return EXIT_SETUP;
             }
             let nft = sys::find_tool("nft");
             for r in sys::cleanup_stale(nft.as_deref()) {
@@ -60,7 +63,7 @@ pub fn main_entry() -> i32 {
             Ok(code) => code,
             Err(e) => {
                 eprint_err(&e);
-                2
+                EXIT_SETUP
             }
         },
     }

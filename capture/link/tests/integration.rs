@@ -466,12 +466,12 @@ fn failed_setup_is_torn_down() {
     guarded(|| {
         // 127.0.0.1/8 already exists on the inner lo: setup fails half-way.
         let o = run(&["--quiet", "--inner-addr", "127.0.0.1/8", "--", "true"]);
-        assert_eq!(o.status.code(), Some(2));
+        assert_eq!(o.status.code(), Some(7)); // set-up failure, not a usage error
         let err = text(&o.stderr);
         assert!(err.starts_with("ccscope-link: error: "), "{}", err);
         // Bad output path: rejected before any network state exists.
         let o = run(&["--quiet", "--pcap", "/nonexistent/dir/x.pcap", "--", "true"]);
-        assert_eq!(o.status.code(), Some(2));
+        assert_eq!(o.status.code(), Some(7));
         assert!(text(&o.stderr).contains("--pcap"));
     });
 }

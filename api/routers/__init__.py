@@ -1,0 +1,1 @@
+"""Routers the API app includes beside its own routes: operations and open-data downloads."""
