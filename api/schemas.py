@@ -7,7 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Transport = Literal["tcp", "quic"]
+from ccscope.transports import TRANSPORTS
+
+# The catalogued transports (ccscope/transports.py) as the schema's enum.
+Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
+_N_TRANSPORTS = len(TRANSPORTS)
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 _VANTAGE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
@@ -62,7 +66,7 @@ class CampaignIn(Strict):
     name: str = Field(pattern=_NAME)
     list_name: str = Field(min_length=1, max_length=100, description="name of an imported site list")
     top_n: int = Field(ge=1, le=1_000_000)
-    transports: list[Transport] = Field(min_length=1, max_length=2)
+    transports: list[Transport] = Field(min_length=1, max_length=_N_TRANSPORTS)
     profiles: list[str] = Field(default=["default"], min_length=1, max_length=20)
     vantages: list[str] = Field(min_length=1, max_length=100)
     schedule: str = Field(min_length=9, max_length=100, description="5-field cron, UTC")
@@ -71,7 +75,7 @@ class CampaignIn(Strict):
 
 class CampaignPatch(Strict):
     top_n: int | None = Field(default=None, ge=1, le=1_000_000)
-    transports: list[Transport] | None = Field(default=None, min_length=1, max_length=2)
+    transports: list[Transport] | None = Field(default=None, min_length=1, max_length=_N_TRANSPORTS)
     profiles: list[str] | None = Field(default=None, min_length=1, max_length=20)
     vantages: list[str] | None = Field(default=None, min_length=1, max_length=100)
     schedule: str | None = Field(default=None, min_length=9, max_length=100)

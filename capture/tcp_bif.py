@@ -683,6 +683,9 @@ def _infer_fin(
     fin_f[empty if len(empty) else at_end] = True
 
 
+MAX_RATE_WINDOWS = 100_000
+
+
 def _delivery_rate_bps(
     ts: np.ndarray, mack: np.ndarray, ack_pos: np.ndarray, *, base_hint_ns: int | None
 ) -> float | None:
@@ -695,6 +698,8 @@ def _delivery_rate_bps(
     ta = ts[ack_pos].astype(np.float64) / 1e9
     acked = mack[ack_pos].astype(np.float64)
     win = max(1.0, 4.0 * (base_hint_ns or 0) / 1e9)
+    if (ta[-1] - ta[0]) / win > MAX_RATE_WINDOWS:
+        return None  # a capture spanning weeks (or a damaged timestamp) is no download's
     edges = np.arange(ta[0], ta[-1], win)
     if len(edges) < 4:
         return None

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from ccscope.errors import TraceFormatError
+from ccscope.transports import TRANSPORTS
 
 TRACE_FORMAT = "ccscope-trace/1"
 SOURCES = ("pcap", "nebby-csv", "lab-groundtruth")
-TRANSPORTS = ("tcp", "quic")
+
 MAX_TRACE_BYTES = 256 * 1024 * 1024  # refuse to inflate absurd files
 
 

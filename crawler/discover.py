@@ -51,6 +51,7 @@ class Discovery:
     pages: int = 0
     probes: int = 0
     robots_skipped: int = 0
+    alt_svc: str | None = None  # the home page's Alt-Svc header (HTTP/3 discovery, crawler/h3.py)
     errors: list[str] = field(default_factory=list)
     top: list[Candidate] = field(default_factory=list)  # the largest few, for the record
 
@@ -128,6 +129,8 @@ def find_largest_object(base_url: str, *, client: SafeClient, limits: Limits | N
             return []
         out.pages += 1
         r = client.request("GET", url, max_bytes=lim.page_bytes, deadline=deadline)
+        if depth == 0 and r.headers.get("alt-svc"):
+            out.alt_svc = r.headers["alt-svc"][:4096]
         if r.status != 200:
             return []
         if not r.truncated:

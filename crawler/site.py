@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ccscope.crawler.discover import Discovery, Limits, find_largest_object
+from ccscope.crawler.h3 import H3Offer, find_h3
 from ccscope.crawler.http import SafeClient
 from ccscope.store import Store, normalize_domain
 
@@ -45,3 +46,22 @@ def object_for_site(
         ttl_seconds if result.url else min(ttl_seconds, FAILED_TTL),
     )
     return result.url, result.size, False
+
+
+def quic_url_for_site(
+    store: Store, domain: str, url: str, *, lab: bool = False, probe: bool = True
+) -> H3Offer:
+    """Where the site serves `url` (its crawled object) over HTTP/3: its Alt-Svc header, else
+    one QUIC probe; the answer is kept with the crawl so a site is probed once per crawl TTL."""
+    d = normalize_domain(domain)
+    cached = store.cached_object(d)
+    detail = dict(cached.detail or {}) if cached is not None else {}
+    known = detail.get("h3")
+    if isinstance(known, dict) and known.get("for") == url:
+        return H3Offer(known.get("url"), str(known.get("how", "")), str(known.get("detail", "")))
+    offer = find_h3(url, detail.get("alt_svc"), lab=lab, probe=probe)
+    if cached is not None:
+        detail["h3"] = {"for": url, "url": offer.url, "how": offer.how, "detail": offer.detail[:300]}
+        ttl = DEFAULT_TTL if offer.url else FAILED_TTL
+        store.cache_object(d, cached.url, cached.size, detail, ttl)
+    return offer

@@ -16,7 +16,8 @@ APT_PKGS=(iproute2 nftables iputils-ping procps openssl curl ca-certificates
           build-essential pkg-config python3 python3-venv tshark
           clang bpftool libelf-dev zlib1g-dev postgresql redis-server
           nginx-light ethtool
-          chromium chromium-driver)  # chromium: the dashboard's browser tests (headless, Selenium)
+          chromium chromium-driver
+          cmake)  # chromium: the dashboard's browser tests; cmake: quiche's BoringSSL
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -52,6 +53,41 @@ log "building lab/ccas (BPF congestion-control zoo and its loader)"
 lab/ccas/build.sh
 log "building lab/shim (per-listener CCA for nginx)"
 lab/shim/build.sh
+
+# The QUIC client (capture/quic) and the lab's quiche server (lab/quic/quiche-server) share one
+# target directory, so quiche and the BoringSSL it vendors (built with cmake) compile once: the
+# first build takes ~6 CPU-minutes (~20 min wall on a busy 2-core VM), later ones nothing. The
+# stamp skips even cargo's own check when no source changed.
+QUIC_TARGET=capture/quic/target
+quic_want=$(cat capture/quic/Cargo.toml capture/quic/Cargo.lock capture/quic/src/*.rs \
+  lab/quic/quiche-server/Cargo.toml lab/quic/quiche-server/Cargo.lock lab/quic/quiche-server/src/*.rs \
+  | sha256sum | cut -d' ' -f1)
+if [ -x "$QUIC_TARGET/release/ccscope-quic-get" ] && [ -x "$QUIC_TARGET/release/ccscope-quiche-server" ] \
+   && [ "$(cat "$QUIC_TARGET/.ccscope-stamp" 2>/dev/null)" = "$quic_want" ]; then
+  log "capture/quic and lab/quic/quiche-server are up to date"
+else
+  log "building capture/quic (HTTP/3 client) and lab/quic/quiche-server (quiche + BoringSSL)"
+  cargo build --release --quiet --manifest-path capture/quic/Cargo.toml
+  cargo build --release --quiet --manifest-path lab/quic/quiche-server/Cargo.toml --target-dir "$QUIC_TARGET"
+  echo "$quic_want" > "$QUIC_TARGET/.ccscope-stamp"
+fi
+
+# The lab's third QUIC stack: quic-go, from the Go module proxy (go.sum pins it). Optional: the
+# lab runs the stacks it has, so a machine without Go still gets quiche and aioquic.
+QUICGO=lab/quic/quicgo-server
+export PATH="$PATH:/usr/local/go/bin"
+if command -v go >/dev/null 2>&1; then
+  go_want=$(cat "$QUICGO/go.mod" "$QUICGO/go.sum" "$QUICGO"/*.go | sha256sum | cut -d' ' -f1)
+  if [ -x "$QUICGO/ccscope-quicgo-server" ] && [ "$(cat "$QUICGO/.ccscope-stamp" 2>/dev/null)" = "$go_want" ]; then
+    log "lab/quic/quicgo-server is up to date"
+  else
+    log "building lab/quic/quicgo-server (quic-go)"
+    (cd "$QUICGO" && go build -o ccscope-quicgo-server .)
+    echo "$go_want" > "$QUICGO/.ccscope-stamp"
+  fi
+else
+  log "no Go toolchain: the lab's quic-go server is skipped"
+fi
 
 # --- Python ------------------------------------------------------------------------------
 PY=${PYTHON:-python3}

@@ -30,6 +30,7 @@ from ccscope.errors import CCScopeError
 from ccscope.settings import settings
 from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
 from ccscope.store.models import Campaign, Measurement, utcnow
+from ccscope.transports import get_transport
 
 log = logging.getLogger("ccscope.workers")
 TRACE_MEDIA_TYPE = "application/json"
@@ -46,6 +47,10 @@ _TRANSIENT_MARKS = (
     "no route to host",
     "lab is not up",
 )
+
+
+# What the QUIC client reports for a server that answers QUIC only partly (capture/quic).
+_DEFINITIVE_QUIC = frozenset({"version_negotiation", "handshake_timeout", "no_h3", "tls", "refused", "h3"})
 
 
 class Transient(CCScopeError):
@@ -163,13 +168,28 @@ def _classify_stored(store: Store, measurement_id: int) -> Outcome:
     return Outcome(measurement_id, store.get_measurement(measurement_id).state, detail=verdict.display)
 
 
+class NotOffered(CCScopeError):
+    """The site does not offer this transport (a QUIC row for a site without HTTP/3)."""
+
+
 def _find_url(store: Store, m: Measurement, cfg: WorkerConfig) -> str | None:
     if m.url:
         return m.url
     from ccscope.crawler.site import object_for_site
 
     url, _size, _cached = object_for_site(store, m.site.domain, lab=cfg.lab)
-    return url
+    if url is None or m.transport != "quic":
+        return url
+    # QUIC: the crawled object, where the site serves it over HTTP/3 (Alt-Svc, else one probe)
+    from ccscope.crawler.site import quic_url_for_site
+
+    offer = quic_url_for_site(store, m.site.domain, url, lab=cfg.lab)
+    if offer.url is None:
+        raise NotOffered(
+            f"{m.site.domain} does not offer HTTP/3: {offer.how}"
+            + (f" ({offer.detail})" if offer.detail else "")
+        )
+    return offer.url
 
 
 def run_measurement(
@@ -205,8 +225,12 @@ def run_measurement(
     domain = m.site.domain
     if store.is_opted_out(domain):
         return _fail(store, measurement_id, f"{domain} has opted out of measurement")
-    if m.transport != "tcp":
-        return _fail(store, measurement_id, f"transport {m.transport} is not measured by this worker")
+    try:
+        why = get_transport(m.transport).unavailable()
+    except CCScopeError as e:
+        why = str(e)
+    if why:
+        return _fail(store, measurement_id, f"transport {m.transport} is not measured by this worker: {why}")
     if not store.acquire_site(domain, _holder(measurement_id), cfg.lease_seconds, cfg.min_gap_seconds):
         raise Transient(f"{domain} is being measured or was measured too recently")
     try:
@@ -248,6 +272,8 @@ def _measure_and_classify(
     mid = m.id
     try:
         url = _find_url(store, m, cfg)
+    except NotOffered as e:
+        return _fail(store, mid, str(e))
     except CCScopeError as e:
         return _fail(store, mid, f"finding an object failed: {e}")
     if not url:
@@ -264,6 +290,7 @@ def _measure_and_classify(
                 lab=cfg.lab,
                 timeout=cfg.timeout,
                 max_bytes=cfg.max_bytes,
+                transport=m.transport,
                 **({"access": cfg.access} if cfg.access else {}),
             )
         except CCScopeError as e:
@@ -275,6 +302,12 @@ def _measure_and_classify(
         if refused:
             why = "; ".join(f"{r.profile}: HTTP {r.fetch.get('status')} from {url}" for r in refused)
             return _fail(store, mid, why)
+        # A server that answers QUIC only partly (version negotiation, a Retry loop, no h3, a
+        # handshake that never completes) will not answer better on a retry: fail the row now.
+        definitive = [r for r in runs if (r.fetch or {}).get("error_kind") in _DEFINITIVE_QUIC]
+        if definitive and len(definitive) == len(runs):
+            r0 = definitive[0]
+            return _fail(store, mid, f"QUIC {r0.fetch['error_kind']}: {r0.error}")
         # The sender-aligned trace: the alignment the classifier's model is trained on (the
         # capture-aligned one is what the bottleneck saw, kept in the pcap when asked for).
         files = [

@@ -44,6 +44,7 @@ from ccscope.store.models import (
     VerdictRow,
     utcnow,
 )
+from ccscope.transports import TRANSPORTS
 from ccscope.verdict import Verdict
 
 log = logging.getLogger("ccscope.store")
@@ -57,7 +58,6 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "classified": frozenset(),
     "failed": frozenset(),
 }
-TRANSPORTS = ("tcp", "quic")
 _CRON_FIELD = re.compile(r"^(\*|\d{1,2}(-\d{1,2})?)(/\d{1,2})?(,(\*|\d{1,2}(-\d{1,2})?)(/\d{1,2})?)*$")
 _DOMAIN_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 
