@@ -18,6 +18,14 @@ on stderr and in the index, never dropped; `load_index()` returns the last line 
 Resumable: a job whose `result.json` says ok or partial is not measured again (failed ones are,
 unless retry_failed is off).
 
+A QUIC job (its cca a lab QUIC class, `stack:cca`, e.g. `quiche:cubic`) is the same draw
+measured over HTTP/3 (`measure_profile(..., transport="quic")`) in packets (quic_adaptation:
+MTU 1280, rates and the object scaled by the packet-size ratio); all QUIC jobs share one lab
+bring-up with the QUIC servers (`ccscope lab up --quic`). Its truth trace comes from the
+server's qlog in the TCP truth's shape (lab/quic/groundtruth.py `truth_trace`), its directory
+is `<draw id>/<stack>-<cca>/run<r>/` and its index record says `transport: "quic"` with the
+class as its label.
+
 `python -m ccscope.classifier.collect` / `ccscope collect` is the command line.
 """
 
@@ -35,7 +43,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +55,11 @@ from ccscope.classifier.conditions import (
     Draw,
     DrawJob,
     draws,
+    is_quic_label,
     plan_jobs,
+    plan_quic_jobs,
 )
+from ccscope.profile import Profile, first_rate_bps, quic_profile
 
 DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
 DEFAULT_INSTANCES = (30,)
@@ -67,12 +78,117 @@ CROSS_MBIT_PER_JOB = 6.0
 
 
 def job_dir(root: Path, job: DrawJob) -> Path:
-    return root / job.draw.id / job.cca / f"run{job.run}"
+    return root / job.draw.id / job.cca.replace(":", "-") / f"run{job.run}"
+
+
+# --- QUIC jobs ------------------------------------------------------------------------------
+# A QUIC job (cca = a lab QUIC class, `stack:cca`) measures the same draw in packets: QUIC sends
+# ~1228-byte datagrams where a drawn profile may have 100-byte packets, so (as
+# ccscope.profile.quic_profile does for A/B) every rate the measurement's own packets meet is
+# multiplied by the packet-size ratio and the object grows by it too, keeping delays, BDPs in
+# packets, buffers in BDP, download lengths in round trips and every bottleneck's rate relative
+# to the profile's. Only the shared bottleneck, which also carries cross traffic, stops at the
+# space's top rate: above it the host's CPU, not the draw, would decide (and at 100 Mbit/s the
+# shared link stays 4x the fastest QUIC profile, so it binds as rarely as for TCP).
+QUIC_SHARE_MAX_MBIT = 100.0
+QUIC_MAX_OBJECT = 1 << 30  # the lab QUIC servers' largest /obj/<bytes>
+
+
+@dataclass(frozen=True)
+class QuicAdaptation:
+    scale: float  # QUIC profile rate / the draw's profile rate (1 where the MTU already fits)
+    profiles: tuple[Profile, Profile]
+    object_bytes: int
+    share_rate_mbit: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scale": round(self.scale, 4),
+            "profiles": [p.name for p in self.profiles],
+            "object_bytes": self.object_bytes,
+            "share_rate_mbit": self.share_rate_mbit,
+        }
+
+
+def quic_adaptation(draw: Draw) -> QuicAdaptation:
+    a, b = draw.profiles()
+    qa, qb = quic_profile(a), quic_profile(b)
+    tcp_bps, q_bps = first_rate_bps(a.down.rate), first_rate_bps(qa.down.rate)
+    scale = q_bps / tcp_bps if tcp_bps and q_bps else 1.0
+    r = draw.sharing.rate_mbit
+    return QuicAdaptation(
+        scale=scale,
+        profiles=(qa, qb),
+        object_bytes=min(QUIC_MAX_OBJECT, int(round(draw.server.object_bytes * scale, -3))),
+        share_rate_mbit=None if r is None else float(f"{min(QUIC_SHARE_MAX_MBIT, max(r, r * scale)):.4g}"),
+    )
+
+
+def _scaled_link(p: Profile, k: float) -> Profile:
+    """A shell's rate and byte-sized buffer times k (both directions)."""
+
+    def d(x: Any) -> Any:
+        bps = first_rate_bps(x.rate)
+        if bps is None:
+            return x
+        buf = x.buffer
+        if buf.endswith("B") and buf[:-1].isdigit():
+            buf = f"{max(1500, round(int(buf[:-1]) * k))}B"
+        return replace(x, rate=f"{bps * k / 1e3:.6g}kbit", buffer=buf)
+
+    return replace(p, down=d(p.down), up=d(p.up))
+
+
+def measured_layers(job: DrawJob) -> list[Profile]:
+    """The shells between the Internet path and the profile shell, as this job meets them."""
+    if job.transport != "quic":
+        return job.draw.layers()
+    k = quic_adaptation(job.draw).scale
+    return [_scaled_link(p, k) for p in job.draw.layers()]
+
+
+def measured_internet_link(job: DrawJob) -> Profile:
+    if job.transport != "quic":
+        return job.draw.internet_link()
+    sh = replace(job.draw.sharing, rate_mbit=quic_adaptation(job.draw).share_rate_mbit)
+    return replace(job.draw, sharing=sh).internet_link()
+
+
+def quic_labels(names: Sequence[str]) -> list[str]:
+    """The lab's own labels of QUIC classes (quiche:bbr2_gcongestion -> quiche:bbr2); a name the
+    lab has no server for is refused (ConditionError)."""
+    from ccscope.lab.quic.registry import quic_server
+
+    try:
+        return list(dict.fromkeys(quic_server(n).label for n in names))
+    except KeyError as e:
+        raise ConditionError(str(e.args[0])) from None
+
+
+def check_quic_labels(jobs: Sequence[DrawJob]) -> None:
+    """Refuse, before anything runs, a QUIC class not in the lab's own spelling (its records
+    and directories are named by it)."""
+    names = sorted({j.cca for j in jobs if j.transport == "quic"})
+    bad = [n for n in names if quic_labels([n]) != [n]]
+    if bad:
+        raise ConditionError(f"QUIC class(es) {', '.join(bad)} not in the lab's spelling (stack:cca)")
+
+
+def group_key(job: DrawJob) -> tuple[Any, ...]:
+    """What one lab bring-up fixes for a job: the TCP server settings, or one QUIC lab (its
+    servers take none of them)."""
+    return ("quic",) if job.transport == "quic" else job.draw.server.key()
 
 
 def object_url(job: DrawJob) -> str:
     """The download of a job: the lab server over HTTPS or nginx over HTTP, the draw's object
-    size, and the application-limited rate as a query (bytes/s, after N bytes)."""
+    size, and the application-limited rate as a query (bytes/s, after N bytes); for a QUIC job
+    its lab QUIC server over HTTP/3 (no rate cap: the QUIC servers take none)."""
+    if job.transport == "quic":
+        from ccscope.lab.quic.registry import quic_server
+
+        host = quic_server(job.cca).hostname
+        return f"https://{host}/obj/{quic_adaptation(job.draw).object_bytes}"
     sv = job.draw.server
     base = (
         f"http://{job.cca}.lab.test:8080/obj/{sv.object_bytes}"
@@ -89,15 +205,17 @@ def _seed(job: DrawJob, what: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{job.key}/{what}".encode()).digest()[:4], "big")
 
 
-def job_cost(draw: Draw, budget: float) -> float:
+def job_cost(draw: Draw, budget: float, *, quic: bool = False) -> float:
     """How much of the concurrency budget a job takes. Every packet costs CPU in each userspace
     shell it crosses; a measurement moves at most a few hundred packets a second, cross traffic
     on a shared bottleneck of R Mbit/s ~83·R (1500-byte packets) through two shells. On this
     2-core VM eight jobs with ~10 Mbit/s of cross traffic each starved everything (load 29), so
-    a job with cross traffic counts as 1 + R/CROSS_MBIT_PER_JOB jobs (100 Mbit/s: nearly alone)."""
+    a job with cross traffic counts as 1 + R/CROSS_MBIT_PER_JOB jobs (100 Mbit/s: nearly alone).
+    A QUIC job's R is its scaled shared rate (quic_adaptation)."""
     c = 1.0
-    if draw.sharing.has_cross_traffic and draw.sharing.rate_mbit:
-        c += draw.sharing.rate_mbit / CROSS_MBIT_PER_JOB
+    rate = quic_adaptation(draw).share_rate_mbit if quic else draw.sharing.rate_mbit
+    if draw.sharing.has_cross_traffic and rate:
+        c += rate / CROSS_MBIT_PER_JOB
     return min(c, float(budget))
 
 
@@ -111,10 +229,10 @@ def estimate_s(jobs: Sequence[DrawJob], concurrency: int) -> float:
             + JOB_OVERHEAD_S
             + (WARMUP_S if j.draw.sharing.flows else 0.0)
         )
-        * job_cost(j.draw, concurrency)
+        * job_cost(j.draw, concurrency, quic=j.transport == "quic")
         for j in jobs
     )
-    groups = len({j.draw.server.key() for j in jobs})
+    groups = len({group_key(j) for j in jobs})
     return ESTIMATE_CALIBRATION * (work / max(1, concurrency) + groups * LAB_UP_S)
 
 
@@ -139,8 +257,10 @@ def run_job(
         "cross": cross,
         "keep_pcap": keep_pcap,
     }
+    if job.transport == "quic":
+        spec["quic"] = quic_adaptation(job.draw).to_dict()
     (out / "job.json").write_text(json.dumps(spec, indent=1))
-    inet = job.draw.internet_link()
+    inet = measured_internet_link(job)
     argv = link_argv(
         [*inet.link_args(), "--seed", str(_seed(job, "internet")),
          "--stats", str(out / "internet.stats.json"), "--quiet"],
@@ -202,6 +322,22 @@ def _lateness_p99(stats: Path) -> float | None:
 def _record(job: DrawJob, res: dict[str, Any]) -> dict[str, Any]:
     from ccscope.classifier.dataset import VARIANTS, label_of
 
+    if job.transport == "quic":
+        return {
+            "key": job.key,
+            "draw_id": job.draw.id,
+            "draw": job.draw.to_dict(),
+            "cca": job.cca,
+            "label": job.cca,  # the stack's own class: a stack's CUBIC is not the kernel's
+            "transport": "quic",
+            "is_variant": False,
+            "split": job.draw.split,
+            "space": job.draw.space,
+            "fixed": list(job.draw.fixed),
+            "run": job.run,
+            "time": time.time(),
+            **res,
+        }
     return {
         "key": job.key,
         "draw_id": job.draw.id,
@@ -219,7 +355,8 @@ def _record(job: DrawJob, res: dict[str, Any]) -> dict[str, Any]:
 
 
 def _inner_job(spec_file: Path) -> int:
-    """Inside the Internet-path shell: cross traffic, then the draw's two profiles."""
+    """Inside the Internet-path shell: cross traffic, then the draw's two profiles (for a QUIC
+    job, as quic_adaptation adapts them)."""
     from ccscope.capture.measure import measure_profile
     from ccscope.errors import CCScopeError
     from ccscope.lab.crosstraffic import CrossTraffic, FlowSpec
@@ -234,6 +371,8 @@ def _inner_job(spec_file: Path) -> int:
     result: dict[str, Any] = {"status": "ok", "reason": None, "url": url, "slots": {}}
     xt = None
     sh = draw.sharing
+    quic = quic_adaptation(draw) if job.transport == "quic" else None
+    share_mbit = quic.share_rate_mbit if quic is not None else sh.rate_mbit
     if sh.has_cross_traffic:
         cross = spec.get("cross")
         if not cross:
@@ -244,7 +383,7 @@ def _inner_job(spec_file: Path) -> int:
             addr=cross["addr"],
             tcp_ports={k: int(v) for k, v in cross["tcp_ports"].items()},
             udp_port=int(cross["udp_port"]),
-            udp_kbit=(sh.rate_mbit or 0.0) * 1000.0 * sh.udp_share,
+            udp_kbit=(share_mbit or 0.0) * 1000.0 * sh.udp_share,
             flows=[FlowSpec(f.cca, f.on_mean_s, f.off_mean_s) for f in sh.flows],
             seed=_seed(job, "cross"),
         )
@@ -252,10 +391,11 @@ def _inner_job(spec_file: Path) -> int:
         time.sleep(WARMUP_S if sh.flows else 0.5)
     problems: list[str] = []
     try:
-        layer_opts = [[*p.link_args(), "--seed", str(_seed(job, p.name))] for p in draw.layers()]
-        size = draw.server.object_bytes
+        layer_opts = [[*p.link_args(), "--seed", str(_seed(job, p.name))] for p in measured_layers(job)]
+        size = quic.object_bytes if quic is not None else draw.server.object_bytes
         run_id = job.key.replace("/", "-")
-        for slot, prof in zip(("A", "B"), draw.profiles(), strict=True):
+        profiles = quic.profiles if quic is not None else draw.profiles()
+        for slot, prof in zip(("A", "B"), profiles, strict=True):
             cap = draw.duration_cap_s(slot)
             s: dict[str, Any] = {"profile": prof.name, "cap_s": round(cap, 1)}
             result["slots"][slot] = s
@@ -263,7 +403,8 @@ def _inner_job(spec_file: Path) -> int:
                 r = measure_profile(url, prof, out, run_id=run_id, lab=True, timeout=cap,
                                     max_bytes=size + (1 << 20), seed=_seed(job, slot), layers=layer_opts,
                                     stem=slot, keep_pcap=keep_pcap,
-                                    setup_slack=SHELL_SLACK_S * (1 + len(layer_opts)))  # fmt: skip
+                                    setup_slack=SHELL_SLACK_S * (1 + len(layer_opts)),
+                                    transport=job.transport)  # fmt: skip
             except CCScopeError as e:
                 s["error"] = str(e)
                 problems.append(f"{slot}: {e}")
@@ -287,6 +428,12 @@ def _inner_job(spec_file: Path) -> int:
                 continue
             if r.partial and not capped:
                 problems.append(f"{slot}: partial download ({r.error or 'cut short'})")
+            if quic is not None:
+                why = _quic_truth(f"{run_id}-{prof.name}", Path(r.sender_trace_file), out, slot, s,
+                                  keep_raw=keep_pcap)  # fmt: skip
+                if why:
+                    problems.append(f"{slot}: {why}")
+                continue
             # the server writes its record once the connection is over; a busy host takes a while
             rec = find_record(run_id=f"{run_id}-{prof.name}", wait_s=30.0)
             if rec is None:
@@ -309,6 +456,32 @@ def _inner_job(spec_file: Path) -> int:
         result["reason"] = "; ".join(problems)
     (out / "result.json").write_text(json.dumps(result, indent=1, default=str))
     return 0
+
+
+def _quic_truth(
+    run_id: str, sender: Path, out: Path, slot: str, s: dict[str, Any], *, keep_raw: bool
+) -> str | None:
+    """Write a QUIC download's ground truth (the server's qlog) beside its traces; the problem
+    if there is none. Without `keep_raw` the server's and the client's qlogs (tens of MB on a long
+    download) go once the truth trace holds what they said."""
+    from ccscope.errors import CCScopeError
+    from ccscope.lab.quic.groundtruth import find_run, truth_trace
+    from ccscope.trace import Trace
+
+    # the server writes its record and flushes the qlog once the connection is over
+    rec = find_run(run_id, wait_s=30.0)
+    if rec is None:
+        return "no ground truth from the server (no qlog record)"
+    try:
+        truth = truth_trace(rec, like=Trace.load(sender))
+        s["truth_trace"] = str(truth.save(out / f"{slot}.truth.trace.json.gz"))
+        s["truth_cca"] = rec.get("label")
+    except (CCScopeError, OSError, KeyError, ValueError) as e:
+        return f"ground truth unreadable: {e}"  # the qlogs stay for a look
+    if not keep_raw:
+        Path(rec["qlog"]).unlink(missing_ok=True)
+        (out / f"{slot}.client.sqlog").unlink(missing_ok=True)
+    return None
 
 
 # --- the collection -----------------------------------------------------------------------
@@ -420,6 +593,7 @@ def collect(
     from ccscope.lab import nginx
     from ccscope.lab.lab import Lab, LabParams
 
+    check_quic_labels(jobs)
     root.mkdir(parents=True, exist_ok=True)
     index = root / "index.jsonl"
     todo = [j for j in jobs if not _done(j, root, retry_failed)]
@@ -430,15 +604,16 @@ def collect(
         return summ
     groups: dict[tuple[Any, ...], list[DrawJob]] = defaultdict(list)
     for j in todo:
-        groups[j.draw.server.key()].append(j)
+        groups[group_key(j)].append(j)
     print(
         f"collect: {len(todo)} jobs ({summ.skipped} already done) in {len(groups)} server groups, "
         f"{concurrency} at a time on lab instance(s) {','.join(map(str, instances))}; "
         f"estimated {summ.estimate_s / 3600:.1f} h",
         file=sys.stderr,
     )
-    _ensure_ccas(sorted({j.cca for j in todo} | {f.cca for j in todo for f in j.draw.sharing.flows}))
-    sizes = {j.draw.server.object_bytes for j in todo if j.draw.server.program == "nginx"}
+    tcp = [j for j in todo if j.transport == "tcp"]
+    _ensure_ccas(sorted({j.cca for j in tcp} | {f.cca for j in todo for f in j.draw.sharing.flows}))
+    sizes = {j.draw.server.object_bytes for j in tcp if j.draw.server.program == "nginx"}
     if sizes:
         nginx.ensure_objects(sizes)
     pool = ThreadPoolExecutor(max(1, concurrency))
@@ -462,12 +637,19 @@ def collect(
         sv = gjobs[0].draw.server
         lab_dir = Path(f"{state_prefix}{instance}")
         lab = Lab(lab_dir)
-        params = LabParams(
-            ccas=tuple(sorted({j.cca for j in gjobs})), delay_ms=0.0, instance=instance,
-            initcwnd=sv.initcwnd, gso=sv.gso, mss=sv.mss,
-            nginx=any(j.draw.server.program == "nginx" for j in gjobs),
-            cross_sources=any(j.draw.sharing.has_cross_traffic for j in gjobs),
-        )  # fmt: skip
+        if key == ("quic",):
+            # the QUIC servers beside one TCP server (a lab needs one) and the cross sources
+            params = LabParams(
+                ccas=("cubic",), delay_ms=0.0, instance=instance, quic=tuple(sorted({j.cca for j in gjobs})),
+                cross_sources=any(j.draw.sharing.has_cross_traffic for j in gjobs),
+            )  # fmt: skip
+        else:
+            params = LabParams(
+                ccas=tuple(sorted({j.cca for j in gjobs})), delay_ms=0.0, instance=instance,
+                initcwnd=sv.initcwnd, gso=sv.gso, mss=sv.mss,
+                nginx=any(j.draw.server.program == "nginx" for j in gjobs),
+                cross_sources=any(j.draw.sharing.has_cross_traffic for j in gjobs),
+            )  # fmt: skip
         try:
             st = lab.up(params, timeout=60)
         except Exception as e:  # a lab that will not come up fails its jobs, loudly, not the run
@@ -477,7 +659,7 @@ def collect(
         try:
 
             def one_job(j: DrawJob) -> dict[str, Any]:
-                with budget.take(job_cost(j.draw, concurrency)):
+                with budget.take(job_cost(j.draw, concurrency, quic=j.transport == "quic")):
                     return run_job(j, root, lab_dir, st.get("cross_sources"), keep_pcap=keep_pcap)
 
             futs = [pool.submit(one_job, j) for j in gjobs]
@@ -593,14 +775,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draws", type=int, help="how many draws (required unless --plan)")
     p.add_argument(
         "--plan",
-        choices=("reference",),
-        help="the classifier's reference set (classifier/reference.py) instead of --space/--draws",
+        choices=("reference", "reference-quic"),
+        help="the classifier's reference set (classifier/reference.py: plan, or quic_plan for the lab's "
+        "QUIC classes) instead of --space/--draws",
     )
     p.add_argument("--sets", help="with --plan: which of its sets, comma-separated (default all)")
     p.add_argument("--start", type=int, default=0, help="index of the first draw (default 0)")
     p.add_argument("--fix", action="append", default=[], choices=GROUPS, metavar="GROUP",
                    help=f"hold a factor group at its mildest ({', '.join(GROUPS)}); repeatable")  # fmt: skip
-    p.add_argument("--ccas", help="comma-separated lab CCAs (default: every trained CCA and variant)")
+    p.add_argument("--ccas", help="comma-separated lab CCAs (default: every trained CCA and variant); "
+                   "a QUIC class as stack:cca (e.g. quiche:cubic) is measured over QUIC")  # fmt: skip
     p.add_argument("--runs", type=int, default=1, help="runs per (draw, CCA) (default 1)")
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=f"output (default {DEFAULT_ROOT})")
     p.add_argument("--concurrency", "-k", type=int, default=8, help="jobs at once (default 8)")
@@ -615,10 +799,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    if args.plan == "reference":
-        from ccscope.classifier.reference import plan
+    if args.plan in ("reference", "reference-quic"):
+        from ccscope.classifier.reference import plan, quic_plan
 
-        sets = plan()
+        sets = plan() if args.plan == "reference" else quic_plan()
         want = [x for x in (args.sets or ",".join(sets)).split(",") if x]
         unknown = [x for x in want if x not in sets]
         if unknown:
@@ -636,7 +820,13 @@ def run_cli(args: argparse.Namespace) -> int:
             print(f"collect: {e}", file=sys.stderr)
             return 2
         ccas = tuple(c for c in args.ccas.split(",") if c) if args.ccas else default_ccas()
-        jobs = plan_jobs(ds, ccas, args.runs)
+        try:
+            quic = quic_labels([c for c in ccas if is_quic_label(c)])
+        except ConditionError as e:
+            print(f"collect: {e}", file=sys.stderr)
+            return 2
+        jobs = plan_jobs(ds, [c for c in ccas if not is_quic_label(c)], args.runs)
+        jobs += plan_quic_jobs(ds, quic, args.runs)
     k = args.concurrency
     if args.dry_run:
         doc = {

@@ -649,6 +649,10 @@ class DrawJob:
         return f"{self.draw.id}/{self.cca}/run{self.run}"
 
     @property
+    def transport(self) -> str:
+        return "quic" if is_quic_label(self.cca) else "tcp"
+
+    @property
     def seed(self) -> int:
         """The emulators' seed for this job (every shell derives its own from it)."""
         return int.from_bytes(hashlib.sha256(self.key.encode()).digest()[:4], "big")
@@ -656,3 +660,26 @@ class DrawJob:
 
 def plan_jobs(ds: Sequence[Draw], ccas: Sequence[str], runs: int = 1) -> list[DrawJob]:
     return [DrawJob(d, c, r) for d in ds for c in ccas for r in range(runs)]
+
+
+# --- QUIC ---------------------------------------------------------------------------------
+
+
+def is_quic_label(cca: str) -> bool:
+    """A QUIC lab class is named `stack:cca` (lab/quic/registry.py); a TCP CCA never has a colon."""
+    return ":" in cca
+
+
+def quic_draw(d: Draw) -> Draw:
+    """The draw as a QUIC measurement meets it: the lab's QUIC servers take no initcwnd, GSO,
+    MSS or application-limited rate and there is no QUIC nginx, so the server group keeps only
+    the object size; QUIC's ACK frames always carry ranges, so a drawn profile's SACK switch
+    means nothing and reads as on. Everything else (the packet-size adaptation included, which
+    classifier/collect.py applies when it measures) is the draw as sampled."""
+    prof = replace(d.profile, sack=True) if d.profile.kind == "space" else d.profile
+    return replace(d, server=Server(object_bytes=d.server.object_bytes), profile=prof)
+
+
+def plan_quic_jobs(ds: Sequence[Draw], labels: Sequence[str], runs: int = 1) -> list[DrawJob]:
+    """`plan_jobs` for QUIC classes (`stack:cca`), each draw adapted by `quic_draw`."""
+    return [DrawJob(quic_draw(d), c, r) for d in ds for c in labels for r in range(runs)]

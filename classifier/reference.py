@@ -17,6 +17,12 @@ CCA meets as many different paths as there are measurements of it. The sets:
   bottlenecks (SACK off, 1xBDP, 50-400 kbit/s, MTU 100).
 * `demo` (`N_DEMO` per CCA): the demo's set-up.
 
+`quic_plan()` is the same for the lab's QUIC classes (`stack:cca`, lab/quic/registry.py):
+`train` (`N_TRAIN_QUIC` per class, the same `MILD_P` mechanism), `heldout_runs`
+(`N_RUNS_QUIC`) and `unseen` (`N_UNSEEN_QUIC`), each draw as a QUIC measurement meets it
+(`conditions.quic_draw`) and from indices of their own (`QUIC_OFFSET`), so a QUIC class meets
+paths the TCP classes did not.
+
 Training draws hold factor groups at their mildest at random so that leave-one-factor-out
 models (train where a group was mild, test across its range) need no extra measurements; the
 bench compares each with a model trained on a random subset of the same size.
@@ -27,7 +33,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from ccscope.classifier.conditions import GROUPS, DrawJob, sample
+from ccscope.classifier.conditions import GROUPS, DrawJob, quic_draw, sample
 from ccscope.classifier.dataset import VARIANTS, trained_ccas
 
 MILD_P = 0.25
@@ -38,6 +44,10 @@ N_VARIANTS = 16
 N_VARIANTS_DESIGN = 8
 N_OTHER = 6
 N_DEMO = 1
+N_TRAIN_QUIC = 24
+N_RUNS_QUIC = 3
+N_UNSEEN_QUIC = 8
+QUIC_OFFSET = 200_000  # draw indices of the QUIC sets (the TCP sets use 0.. and 100_000..)
 
 
 def mild_groups(index: int, cca: str) -> tuple[str, ...]:
@@ -80,4 +90,25 @@ def plan(ccas: Sequence[str] | None = None, scale: float = 1.0) -> dict[str, lis
         "variants_design": _jobs("full", "calib", variants, n(N_VARIANTS_DESIGN)),
         "other_profiles": _jobs("other-profiles", "eval", ccas, n(N_OTHER)),
         "demo": _jobs("demo", "eval", ccas, n(N_DEMO)),
+    }
+
+
+def quic_plan(labels: Sequence[str] | None = None, scale: float = 1.0) -> dict[str, list[DrawJob]]:
+    """The QUIC reference set's jobs per set (the lab's QUIC classes by default)."""
+    from ccscope.lab.quic.registry import QUIC_SERVERS
+
+    labels = tuple(labels or (s.label for s in QUIC_SERVERS))
+
+    def n(x: int) -> int:
+        return max(1, round(x * scale))
+
+    def adapt(jobs: list[DrawJob]) -> list[DrawJob]:
+        return [DrawJob(quic_draw(j.draw), j.cca, j.run) for j in jobs]
+
+    train = adapt(_jobs("full", "train", labels, n(N_TRAIN_QUIC), mild=True, offset=QUIC_OFFSET))
+    first = {c: [j for j in train if j.cca == c][: n(N_RUNS_QUIC)] for c in labels}
+    return {
+        "train": train,
+        "heldout_runs": [DrawJob(j.draw, j.cca, 1) for c in labels for j in first[c]],
+        "unseen": adapt(_jobs("full", "eval", labels, n(N_UNSEEN_QUIC), offset=QUIC_OFFSET)),
     }

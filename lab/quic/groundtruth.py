@@ -113,3 +113,48 @@ def score_quic_run(
         out["published"] = compare_bif(flow.with_bif(pub_c), truth, bdp_bytes=bdp, max_truth_gap_ms=EXACT)
         out["published_time"] = compare_over_time(flow.with_bif(pub_c), truth, bdp_bytes=bdp, skip_s=skip)
     return out
+
+
+TRUTH_STEP_S = 0.001  # the TCP ground truth is a 1 ms TCP_INFO poll: the same grid here
+
+
+def truth_trace(rec: dict[str, Any], like: Trace | None = None) -> Trace:
+    """A run's qlog as the classifier's physical-limit oracle, in the shape of TCP's
+    (lab/groundtruth.py `pipe_trace`): `bif` is the stack's own bytes in flight (sent and
+    neither acknowledged nor declared lost, which is QUIC's pipe) on a 1 ms grid like the
+    TCP_INFO poll, `bif_truth`, `cwnd_bytes` and `srtt_ms` beside it, and the stack's lost
+    packets as its retransmits (QUIC resends lost data in new packets). `like`, the measured
+    sender-aligned trace of the same download, lends its flow, profile, RTTs, URL and bytes."""
+    q = qlog_trace(rec["qlog"], flow=like.flow if like is not None else None, label=rec.get("label"))
+    grid = np.arange(0.0, float(q.t[-1]) + TRUTH_STEP_S / 2, TRUTH_STEP_S)
+    i = np.clip(np.searchsorted(q.t, grid, side="right") - 1, 0, len(q.t) - 1)
+    bif = q.bif[i]
+    srtt = np.asarray(q.columns["srtt_ms"], dtype=np.float64)
+    known = np.flatnonzero(np.isfinite(srtt))
+    # before the stack's first RTT sample: its first value (TCP_INFO never reports "none")
+    srtt = np.where(np.isfinite(srtt), srtt, srtt[known[0]] if len(known) else 0.0)[i]
+    lost = [round(float(x), 6) for x in q.events.get("loss", [])]
+    return Trace(
+        flow=q.flow,
+        t=grid,
+        bif=bif,
+        start_time=q.start_time,
+        source="lab-groundtruth",
+        profile=like.profile if like is not None else None,
+        base_rtt_ms=like.base_rtt_ms if like is not None else None,
+        internet_rtt_ms=like.internet_rtt_ms if like is not None else None,
+        bytes_acked=like.bytes_acked if like is not None else 0,
+        object_url=like.object_url if like is not None else None,
+        partial=like.partial if like is not None else False,
+        alignment="sender",
+        columns={"bif_truth": bif, "cwnd_bytes": np.asarray(q.columns["cwnd"])[i], "srtt_ms": srtt},
+        events={"retransmit": lost, "loss": lost},
+        extra={
+            "cca": rec.get("label"),
+            "stack": rec.get("stack"),
+            "run_id": rec.get("run_id"),
+            "qlog": rec.get("qlog"),
+            "skipped_records": q.extra.get("skipped_records"),
+            "series": "pipe: the QUIC stack's bytes_in_flight from its qlog, on a 1 ms grid",
+        },
+    )
