@@ -90,7 +90,7 @@ def test_quic_draw_collection(tmp_path: Path) -> None:
             g = s["bif_error"]  # the encrypted estimate against the same qlog
             assert g is not None and g["cca"] == j.cca
             assert not list(job_dir(tmp_path, j).glob("*.sqlog"))  # raw qlogs are not kept
-        if j.draw is shared:
+        if j.draw == shared:
             assert rec["cross_traffic"]["tcp_bytes"] > 10_000
             assert [p.name for p in ad.profiles] == ["A-quic", "B-quic"]
         else:
