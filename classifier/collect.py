@@ -92,6 +92,9 @@ def job_dir(root: Path, job: DrawJob) -> Path:
 # shared link stays 4x the fastest QUIC profile, so it binds as rarely as for TCP).
 QUIC_SHARE_MAX_MBIT = 100.0
 QUIC_MAX_OBJECT = 1 << 30  # the lab QUIC servers' largest /obj/<bytes>
+# Seconds a QUIC download's traces take beyond TCP's after the transfer: its capture, the client's
+# qlog and the server's qlog are read in Python (~150k packets, ~100 MB of qlog at the time cap)
+QUIC_PROCESS_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,8 @@ def run_job(
         + 60.0
         + 2 * SHELL_SLACK_S * shells
     )
+    if job.transport == "quic":
+        limit += 2 * QUIC_PROCESS_S
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "CCSCOPE_LAB_DIR": str(lab_dir)})  # fmt: skip
@@ -429,8 +434,8 @@ def _inner_job(spec_file: Path) -> int:
             if r.partial and not capped:
                 problems.append(f"{slot}: partial download ({r.error or 'cut short'})")
             if quic is not None:
-                why = _quic_truth(f"{run_id}-{prof.name}", Path(r.sender_trace_file), out, slot, s,
-                                  keep_raw=keep_pcap)  # fmt: skip
+                why = _quic_truth(f"{run_id}-{prof.name}", r.groundtruth, Path(r.sender_trace_file), out,
+                                  slot, s, keep_raw=keep_pcap)  # fmt: skip
                 if why:
                     problems.append(f"{slot}: {why}")
                 continue
@@ -459,17 +464,29 @@ def _inner_job(spec_file: Path) -> int:
 
 
 def _quic_truth(
-    run_id: str, sender: Path, out: Path, slot: str, s: dict[str, Any], *, keep_raw: bool
+    run_id: str,
+    scored: dict[str, Any] | None,
+    sender: Path,
+    out: Path,
+    slot: str,
+    s: dict[str, Any],
+    *,
+    keep_raw: bool,
 ) -> str | None:
     """Write a QUIC download's ground truth (the server's qlog) beside its traces; the problem
-    if there is none. Without `keep_raw` the server's and the client's qlogs (tens of MB on a long
-    download) go once the truth trace holds what they said."""
+    if there is none. `scored`: measure_profile's comparison with the same qlog, when it found
+    it. Without `keep_raw` the server's and the client's qlogs (~100 MB on a long download) go
+    once the truth trace holds what they said."""
     from ccscope.errors import CCScopeError
     from ccscope.lab.quic.groundtruth import find_run, truth_trace
     from ccscope.trace import Trace
 
-    # the server writes its record and flushes the qlog once the connection is over
-    rec = find_run(run_id, wait_s=30.0)
+    rec: dict[str, Any] | None = None
+    if scored and scored.get("qlog"):
+        rec = {"qlog": scored["qlog"], "label": scored.get("cca"), "stack": scored.get("stack")}
+        rec["run_id"] = run_id
+    else:  # the server writes its record and flushes the qlog once the connection is over
+        rec = find_run(run_id, wait_s=30.0)
     if rec is None:
         return "no ground truth from the server (no qlog record)"
     try:
