@@ -335,6 +335,7 @@ def _record(job: DrawJob, res: dict[str, Any]) -> dict[str, Any]:
             "cca": job.cca,
             "label": job.cca,  # the stack's own class: a stack's CUBIC is not the kernel's
             "transport": "quic",
+            "quic": quic_adaptation(job.draw).to_dict(),  # the draw as measured, in packets
             "is_variant": False,
             "split": job.draw.split,
             "space": job.draw.space,

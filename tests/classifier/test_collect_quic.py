@@ -119,6 +119,7 @@ def test_a_quic_record_names_the_stack_class() -> None:
     assert (rec["label"], rec["cca"], rec["transport"], rec["is_variant"]) == (
         "aioquic:cubic", "aioquic:cubic", "quic", False)  # fmt: skip
     assert (rec["split"], rec["space"], rec["run"]) == ("eval", "full", 0)
+    assert rec["quic"] == quic_adaptation(d).to_dict()
     assert sample_set(rec) == "unseen"
     assert sample_set({**rec, "split": "train", "run": 1}) == "heldout_runs"
     json.dumps(rec)
