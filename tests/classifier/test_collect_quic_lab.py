@@ -18,7 +18,7 @@ from ccscope.trace import Trace
 from tests.lab.lab_testkit import link_binary_or_skip, needs_root
 
 pytestmark = [needs_root, pytest.mark.netns, pytest.mark.slow]
-INSTANCE = 53
+INSTANCE = 54  # bench/quic uses 53; the QUIC campaign command in classifier/README.md, 55
 STATE_PREFIX = "/run/ccscope/lab-test-quic-draws-"
 STACKS = ("quiche:cubic", "quicgo:reno")
 
