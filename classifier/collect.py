@@ -435,8 +435,7 @@ def _inner_job(spec_file: Path) -> int:
             if r.partial and not capped:
                 problems.append(f"{slot}: partial download ({r.error or 'cut short'})")
             if quic is not None:
-                why = _quic_truth(f"{run_id}-{prof.name}", r.groundtruth, Path(r.sender_trace_file), out,
-                                  slot, s, keep_raw=keep_pcap)  # fmt: skip
+                why = _quic_truth(f"{run_id}-{prof.name}", r, prof, out, slot, s, keep_raw=keep_pcap)
                 if why:
                     problems.append(f"{slot}: {why}")
                 continue
@@ -465,23 +464,18 @@ def _inner_job(spec_file: Path) -> int:
 
 
 def _quic_truth(
-    run_id: str,
-    scored: dict[str, Any] | None,
-    sender: Path,
-    out: Path,
-    slot: str,
-    s: dict[str, Any],
-    *,
-    keep_raw: bool,
+    run_id: str, r: Any, prof: Profile, out: Path, slot: str, s: dict[str, Any], *, keep_raw: bool
 ) -> str | None:
     """Write a QUIC download's ground truth (the server's qlog) beside its traces; the problem
-    if there is none. `scored`: measure_profile's comparison with the same qlog, when it found
-    it. Without `keep_raw` the server's and the client's qlogs (~100 MB on a long download) go
-    once the truth trace holds what they said."""
+    if there is none. `r` is measure_profile's run: its `groundtruth`, the estimate scored
+    against the same qlog, when the record was there in time (if not, it is scored here once the
+    record is). Without `keep_raw` the server's and the client's qlogs (~100 MB on a long
+    download) go once the truth trace holds what they said."""
     from ccscope.errors import CCScopeError
-    from ccscope.lab.quic.groundtruth import find_run, truth_trace
+    from ccscope.lab.quic.groundtruth import find_run, score_quic_run, truth_trace
     from ccscope.trace import Trace
 
+    scored: dict[str, Any] | None = r.groundtruth
     rec: dict[str, Any] | None = None
     if scored and scored.get("qlog"):
         rec = {"qlog": scored["qlog"], "label": scored.get("cca"), "stack": scored.get("stack")}
@@ -491,9 +485,12 @@ def _quic_truth(
     if rec is None:
         return "no ground truth from the server (no qlog record)"
     try:
-        truth = truth_trace(rec, like=Trace.load(sender))
+        sender = Trace.load(r.sender_trace_file)
+        truth = truth_trace(rec, like=sender)
         s["truth_trace"] = str(truth.save(out / f"{slot}.truth.trace.json.gz"))
         s["truth_cca"] = rec.get("label")
+        if not scored and r.trace_file:
+            s["bif_error"] = score_quic_run(Trace.load(r.trace_file), sender, prof, run_id)
     except (CCScopeError, OSError, KeyError, ValueError) as e:
         return f"ground truth unreadable: {e}"  # the qlogs stay for a look
     if not keep_raw:
