@@ -22,7 +22,8 @@ from celery.beat import PersistentScheduler
 from celery.schedules import crontab
 from sqlalchemy.exc import OperationalError
 
-from ccscope.store.core import Store
+from ccscope.errors import CCScopeError
+from ccscope.store.core import Store, validate_cron
 from ccscope.workers.tasks import (
     Transient,
     WorkerConfig,
@@ -139,12 +140,14 @@ def requeue_stale_task(older_than_seconds: float = WorkerConfig.stale_after_seco
 
 
 def _crontab(schedule: str) -> crontab:
-    minute, hour, dom, month, dow = schedule.split()
+    minute, hour, dom, month, dow = validate_cron(schedule).split()
     return crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
 
 
 def beat_schedule(store: Store) -> dict[str, dict[str, Any]]:
-    """Beat entries for the enabled campaigns, plus the stale-measurement sweep."""
+    """Beat entries for the enabled campaigns, plus the stale-measurement sweep. A campaign
+    whose schedule cannot be scheduled (stored before the API validated schedules, or written
+    to the database by hand) is logged and left out: it must not cost the others theirs."""
     entries: dict[str, dict[str, Any]] = {
         "ccscope-requeue-stale": {
             "task": "ccscope.requeue_stale",
@@ -157,9 +160,14 @@ def beat_schedule(store: Store) -> dict[str, dict[str, Any]]:
         page, total = store.list_campaigns(limit=200, offset=offset)
         for c in page:
             if c.enabled:
+                try:
+                    when = _crontab(c.schedule)
+                except CCScopeError as e:
+                    log.error("campaign %s (%s) is not scheduled: %s", c.id, c.name, e)
+                    continue
                 entries[f"campaign-{c.id}"] = {
                     "task": "ccscope.plan_campaign",
-                    "schedule": _crontab(c.schedule),
+                    "schedule": when,
                     "args": (c.id,),
                     "options": {"queue": "ccscope.control"},
                 }

@@ -326,10 +326,13 @@ def plan_campaign(store: Store, campaign_id: int, slot: str) -> list[Planned]:
 
 def cron_slot(schedule: str, now: dt.datetime | None = None) -> str:
     """The most recent minute (UTC, ISO) at or before `now` that `schedule` fires on: the slot a
-    beat tick belongs to, so a late or repeated tick still names the same slot."""
+    beat tick belongs to, so a late or repeated tick still names the same slot. A schedule that
+    is not valid cron (stored before the API checked it) raises StoreError with the reason."""
     from celery.schedules import crontab
 
-    minute, hour, dom, month, dow = schedule.split()
+    from ccscope.store.core import validate_cron
+
+    minute, hour, dom, month, dow = validate_cron(schedule).split()
     cr = crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
     t = (now or utcnow()).astimezone(dt.UTC).replace(second=0, microsecond=0)
     day = t.replace(hour=0, minute=0)
