@@ -67,7 +67,7 @@ def os_error_kind(e: BaseException) -> str:
     return "network"
 
 
-def _connect(target: Target, deadline: float, cafile: str | None) -> socket.socket:
+def _connect(target: Target, deadline: float, cafile: str | None, cadata: str | None = None) -> socket.socket:
     last: Exception | None = None
     for addr in target.addresses:
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
@@ -80,7 +80,7 @@ def _connect(target: Target, deadline: float, cafile: str | None) -> socket.sock
             last = e
             continue
         if target.scheme == "https":
-            ctx = ssl.create_default_context(cafile=cafile)
+            ctx = ssl.create_default_context(cafile=cafile, cadata=cadata)
             try:
                 return ctx.wrap_socket(sock, server_hostname=target.host)
             except (OSError, ssl.SSLError) as e:
@@ -127,6 +127,7 @@ def fetch(
     *,
     lab: bool = False,
     cafile: str | None = None,
+    cadata: str | None = None,
     timeout: float = 60.0,
     max_bytes: int = 16 * 1024 * 1024,
     run_id: str | None = None,
@@ -142,7 +143,7 @@ def fetch(
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         target = pol.resolve(current)
-        sock = _connect(target, deadline, cafile)
+        sock = _connect(target, deadline, cafile, cadata)
         try:
             res.remote, res.remote_port = sock.getpeername()[:2]
             res.local_port = sock.getsockname()[1]
@@ -205,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CIDR",
         help="also allow this network (repeatable; test servers on loopback)",
     )
-    ap.add_argument("--cacert", help="extra CA bundle (the lab CA)")
+    ap.add_argument("--cacert", help="CA bundle file to trust instead of the system's (the lab CA)")
+    ap.add_argument("--ca-pem", help="the same, as PEM text (a client that cannot read the file)")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
     ap.add_argument("--run-id")
@@ -216,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             args.url,
             lab=args.lab,
             cafile=args.cacert,
+            cadata=args.ca_pem,
             timeout=args.timeout,
             max_bytes=args.max_bytes,
             run_id=args.run_id,

@@ -100,7 +100,12 @@ def _fetch_cmd(
     if lab:
         cmd.append("--lab")
     if cafile is not None:
-        cmd += ["--cacert", str(cafile)]
+        # The client runs unprivileged and may not reach the lab's state directory: hand it
+        # the (public) CA certificate itself.
+        try:
+            cmd += ["--ca-pem", cafile.read_text()]
+        except OSError as e:
+            raise CaptureError(f"cannot read the lab CA {cafile}: {e}") from None
     return cmd
 
 

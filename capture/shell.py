@@ -48,7 +48,9 @@ def shell_command(
     outer: Sequence[str] = (),
 ) -> list[str]:
     """The emulator command line. `outer` (link options) wraps the shell in another one, as
-    mahimahi's shells nest: e.g. a vantage point's access path around a measurement profile."""
+    mahimahi's shells nest: e.g. a vantage point's access path around a measurement profile.
+    The command runs unprivileged (no capabilities, a scrubbed environment); an outer shell
+    keeps root, which the inner one needs to build its namespace, and drops it itself."""
     args = [str(link_binary())]
     if profile is not None:
         args += profile.link_args()
@@ -60,7 +62,7 @@ def shell_command(
         args += ["--hosts", str(hosts)]
     args += [*extra, "--quiet", "--", *cmd]
     if outer:
-        args = [str(link_binary()), *outer, "--quiet", "--", *args]
+        args = [str(link_binary()), *outer, "--keep-root", "--quiet", "--", *args]
     return args
 
 

@@ -356,6 +356,9 @@ class Lab:
             str(link), *params.link_args(), "--route", prefix,
             *[a for s in specs for a in ("--inner-addr", f"{s.addr}/32")],
             "--stats", str(self.link_stats), "--ready-fd", str(w),
+            # The servers keep root (TCP_CONGESTION for any CCA, ports 80/443, ground truth in
+            # the state directory) and outlive `lab up`, which only starts them.
+            "--keep-root", "--detach",
             "--", sys.executable, "-m", "ccscope.lab.server", "--config", str(self.config_file),
         ]  # fmt: skip
         with self.log_file.open("wb") as log:

@@ -464,6 +464,8 @@ class Ctx:
             "--hosts",
             str(self.hosts),
             *path.link_args(),
+            # `pre` commands set sysctls of the client's namespace: they need root there.
+            *(["--keep-root"] if pre else []),
             "--",
             "/bin/sh",
             "-c",
