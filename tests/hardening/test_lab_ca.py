@@ -74,7 +74,7 @@ def test_lab_ca_is_name_constrained_and_its_leaves_verify(tmp_path: Path) -> Non
     (tmp_path / "evil.key").write_bytes(
         leaf_key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )  # fmt: skip
+        )
     )
     why = _handshake(tmp_path / "evil.pem", tmp_path / "evil.key", p.ca_cert, "bank.example")
     assert why == "permitted subtree violation", why
