@@ -15,12 +15,13 @@ JSON keeps traces readable by anyone (jq, pandas, a browser) and the files small
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -209,38 +210,49 @@ class Trace:
         path = Path(path)
         try:
             with path.open("rb") as f:
-                head = f.read(2)
-                f.seek(0)
-                if head == b"\x1f\x8b":
-                    # Inflate in a stream, stopping at the cap: a gzip bomb costs the cap, not
-                    # what it would inflate to.
-                    with gzip.GzipFile(fileobj=f) as gz:
-                        raw = gz.read(MAX_TRACE_BYTES + 1)
-                    if len(raw) > MAX_TRACE_BYTES:
-                        raise TraceFormatError(
-                            f"{path}: trace inflates beyond {MAX_TRACE_BYTES} bytes (the cap)"
-                        )
-                else:
-                    size = os.fstat(f.fileno()).st_size
-                    if size > MAX_TRACE_BYTES:
-                        raise TraceFormatError(f"{path}: {size} bytes, above the {MAX_TRACE_BYTES}-byte cap")
-                    raw = f.read(MAX_TRACE_BYTES + 1)
+                return cls._read(f, str(path), os.fstat(f.fileno()).st_size)
+        except OSError as e:
+            raise TraceFormatError(f"{path}: cannot read trace: {e}") from e
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str = "trace") -> Trace:
+        """A trace from the bytes of its file (plain or gzipped), as the store keeps them."""
+        return cls._read(io.BytesIO(data), name, len(data))
+
+    @classmethod
+    def _read(cls, f: BinaryIO, name: str, size: int) -> Trace:
+        try:
+            head = f.read(2)
+            f.seek(0)
+            if head == b"\x1f\x8b":
+                # Inflate in a stream, stopping at the cap: a gzip bomb costs the cap, not
+                # what it would inflate to.
+                with gzip.GzipFile(fileobj=f) as gz:
+                    raw = gz.read(MAX_TRACE_BYTES + 1)
+                if len(raw) > MAX_TRACE_BYTES:
+                    raise TraceFormatError(f"{name}: trace inflates beyond {MAX_TRACE_BYTES} bytes (the cap)")
+            else:
+                if size > MAX_TRACE_BYTES:
+                    raise TraceFormatError(f"{name}: {size} bytes, above the {MAX_TRACE_BYTES}-byte cap")
+                raw = f.read(MAX_TRACE_BYTES + 1)
             start = raw[:64].lstrip()
             if not start.startswith(b"{"):
-                raise TraceFormatError(f"{path}: not a JSON trace document (starts {raw[:16]!r})")
+                raise TraceFormatError(f"{name}: cannot read trace: not JSON (starts {raw[:16]!r})")
             missing = [k.decode() for k in _TRACE_KEYS if raw.find(k) < 0]
             if missing:
-                raise TraceFormatError(f"{path}: not a {TRACE_FORMAT} document: no {', '.join(missing)}")
+                raise TraceFormatError(
+                    f"{name}: cannot read trace: not a {TRACE_FORMAT} document (no {', '.join(missing)})"
+                )
             doc = json.loads(raw)
             del raw
         except TraceFormatError:
             raise
         except (OSError, EOFError, ValueError) as e:
-            raise TraceFormatError(f"{path}: cannot read trace: {e}") from e
+            raise TraceFormatError(f"{name}: cannot read trace: {e}") from e
         try:
             return cls.from_dict(doc)
         except TraceFormatError as e:
-            raise TraceFormatError(f"{path}: {e}") from e
+            raise TraceFormatError(f"{name}: {e}") from e
 
 
 def _opt_float(x: Any) -> float | None:
