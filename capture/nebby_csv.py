@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ccscope.capture.packets import SegmentTable
+from ccscope.capture.packets import MAX_SACK_BLOCKS, SegmentTable
 from ccscope.capture.tcp_bif import CaptureResult, traces_from_table
 from ccscope.errors import CaptureError, TraceFormatError
 from ccscope.profile import Profile
@@ -248,29 +248,41 @@ def parse_csv(text: str | io.TextIOBase, name: str = "<memory>") -> tuple[Segmen
         addrs.append(-1 if a is None else pairs.setdefault(a, len(pairs)))
 
     n = len(ts)
-    table = SegmentTable.empty(n)
-    if n:
-        table.ts_ns = np.frombuffer(ts, dtype=np.int64)
-        table.sport = np.frombuffer(sp, dtype=np.int64)
-        table.dport = np.frombuffer(dp, dtype=np.int64)
-        table.seq = np.frombuffer(sq, dtype=np.int64)
-        table.ack = np.frombuffer(ak, dtype=np.int64)
-        table.ack_present = np.frombuffer(akp, dtype=np.int8).astype(bool)
-        table.payload_len = np.frombuffer(ln, dtype=np.int64)
-        table.flags = np.frombuffer(fl, dtype=np.int64)
-        table.window = np.frombuffer(wn, dtype=np.int64)
-    table.flags_known = i_flags is not None
-    table.window_known = i_win is not None
-    # addresses only if every kept row has them: mixing would split one flow in two
-    idx = np.frombuffer(addrs, dtype=np.int64)
-    table.has_addresses = n > 0 and bool((idx >= 0).all())
-    if table.has_addresses:
-        uniq = list(pairs)  # insertion order = index order
-        table.v6 = np.array([u[0] for u in uniq], dtype=bool)[idx]
-        for j, col in enumerate(("src_hi", "src_lo"), start=1):
-            setattr(table, col, np.array([u[j] for u in uniq], dtype=np.uint64)[idx])
-        for j, col in enumerate(("dst_hi", "dst_lo"), start=4):
-            setattr(table, col, np.array([u[j] for u in uniq], dtype=np.uint64)[idx])
+    # The arrays become the table's columns without a copy; columns the CSV lacks are
+    # np.zeros, whose pages the kernel maps only when written (they cost no memory here).
+    idx = np.frombuffer(addrs, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
+    has_addresses = n > 0 and bool((idx >= 0).all())  # mixing would split one flow in two
+    uniq = list(pairs)  # insertion order = index order
+
+    def col(a: array[int]) -> np.ndarray:
+        return np.frombuffer(a, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
+
+    def addr_col(j: int) -> np.ndarray:
+        words = np.array([u[j] for u in uniq], dtype=np.uint64)
+        return words[idx] if has_addresses and words.any() else np.zeros(n, dtype=np.uint64)
+
+    table = SegmentTable(
+        ts_ns=col(ts),
+        v6=np.array([u[0] for u in uniq], dtype=bool)[idx] if has_addresses else np.zeros(n, dtype=bool),
+        src_hi=addr_col(1),
+        src_lo=addr_col(2),
+        dst_hi=addr_col(4),
+        dst_lo=addr_col(5),
+        sport=col(sp),
+        dport=col(dp),
+        seq=col(sq),
+        ack=col(ak),
+        flags=col(fl),
+        window=col(wn),
+        payload_len=col(ln),
+        ack_present=(np.frombuffer(akp, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)).astype(bool),
+        sack_n=np.zeros(n, dtype=np.int8),
+        sack_le=np.zeros((n, MAX_SACK_BLOCKS), dtype=np.int64),
+        sack_re=np.zeros((n, MAX_SACK_BLOCKS), dtype=np.int64),
+        flags_known=i_flags is not None,
+        window_known=i_win is not None,
+        has_addresses=has_addresses,
+    )
     stats = {
         "packets": rows,
         "non_ip": 0,

@@ -83,9 +83,9 @@ def test_gzip_bomb_is_refused_at_the_cap(tmp_path: Path) -> None:
 
 
 def test_million_row_csv_within_four_times_its_size(tmp_path: Path) -> None:
-    """A real (if long) Nebby CSV: one flow, 1e6 rows (57 MB). It took 880 MB; the rows now
-    collect in typed arrays and the file is streamed: 343 MB measured, the peak now in the BiF
-    step (traces_from_table), not the parser."""
+    """A real (if long) Nebby CSV: one flow, 1e6 rows (57 MB), within 4x its size (the target;
+    217 MB measured). The file is streamed into typed arrays that become the table's columns,
+    and the BiF step reads a one-run flow's columns as views and builds its arrays in place."""
     p = tmp_path / "long.csv"
     with p.open("wb") as f:
         f.write(_csv_header())
@@ -109,5 +109,5 @@ def test_million_row_csv_within_four_times_its_size(tmp_path: Path) -> None:
     )
     rc, rss, err = rss_of([sys.executable, "-c", code], as_limit_mb=AS_LIMIT_MB)
     assert rc == 0, err
-    assert rss <= 400, f"{rss:.0f} MB for a {size_mb:.0f} MB CSV"
+    assert rss <= 4 * size_mb, f"{rss:.0f} MB for a {size_mb:.0f} MB CSV"
     os.unlink(p)
