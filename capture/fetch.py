@@ -43,8 +43,9 @@ class FetchResult:
     redirects: list[str] = field(default_factory=list)
     truncated: bool = False  # stopped at max_bytes or the deadline, or the body ended short
     error: str | None = None
-    # What kind of failure, for whoever decides to retry: target_refused, connection_refused,
-    # timeout, unreachable, network, tls, protocol, redirects (None when there was no error).
+    # What kind of failure, for whoever decides to retry: target_refused, dns_temporary,
+    # connection_refused, timeout, unreachable, network, tls, protocol, redirects (None when
+    # there was no error).
     error_kind: str | None = None
 
 
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         out = asdict(r)
         code = 0 if 200 <= r.status < 300 else 4
     except TargetRefused as e:
-        out, code = asdict(FetchResult(url=args.url, error=f"refused: {e}", error_kind="target_refused")), 3
+        out, code = asdict(FetchResult(url=args.url, error=f"refused: {e}", error_kind=e.kind)), 3
     except FetchError as e:
         out, code = asdict(FetchResult(url=args.url, error=str(e), error_kind=e.kind)), 4
     except (CCScopeError, OSError, ssl.SSLError) as e:

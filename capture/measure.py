@@ -42,6 +42,9 @@ class ProfileRun:
     internet_rtt_ms: float | None = None
     partial: bool = False
     error: str | None = None
+    # The failure's kind (capture.fetch's error_kind, or a CCScopeError's kind: capture, shell,
+    # lab_down...), so that the workers decide retries on it rather than on the message.
+    error_kind: str | None = None
     groundtruth: dict[str, Any] | None = None  # lab mode: error against the server's TCP_INFO
 
 
@@ -163,15 +166,18 @@ def measure_profile(
     fetch_failed = sh.returncode != 0
     if fetch_failed:
         run.error = run.fetch.get("error") or sh.stderr.strip()[-300:] or f"exit {sh.returncode}"
+        run.error_kind = run.fetch.get("error_kind") or ("timeout" if sh.timed_out else "shell")
     if not pcap.exists():
-        run.error = run.error or "no capture was written"
+        if run.error is None:
+            run.error, run.error_kind = "no capture was written", CaptureError.kind
         return run
     try:
         both = flows_from_pcap_aligned(pcap, ("capture", "sender"), object_url=url, profile=profile)
         cap = both["capture"]
         flow = _pick_flow(cap.traces, int(run.fetch.get("local_port") or 0))
     except CaptureError as e:
-        run.error = run.error or str(e)
+        if run.error is None:
+            run.error, run.error_kind = str(e), e.kind
         return run
     sender = _pick_flow(both["sender"].traces, flow.flow.client_port)
     # A download that failed or was cut short still leaves a usable, clearly marked trace.
@@ -250,6 +256,6 @@ def measure(
                 )
             )
         except CCScopeError as e:
-            m.runs.append(ProfileRun(profile=name, ok=False, error=str(e)))
+            m.runs.append(ProfileRun(profile=name, ok=False, error=str(e), error_kind=e.kind))
     (out / "measurement.json").write_text(json.dumps(m.to_dict(), indent=2, default=str))
     return m

@@ -73,6 +73,7 @@ class ShellRun:
     stderr: str
     stats: dict[str, Any] | None
     pcap: Path | None
+    timed_out: bool = False  # stopped by run_in_shell's timeout
 
     @property
     def setup_failed(self) -> bool:
@@ -94,9 +95,11 @@ def run_in_shell(
     """Run `cmd` inside a fresh shell and wait for it; never leaves the shell behind."""
     argv = shell_command(cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra, outer=outer)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        timed_out = True
         # SIGTERM lets the emulator forward the signal, flush the pcap and tear down.
         proc.terminate()
         try:
@@ -111,7 +114,7 @@ def run_in_shell(
             stats_doc = json.loads(stats.read_text())
         except (OSError, ValueError):
             stats_doc = None
-    run = ShellRun(proc.returncode, out, err, stats_doc, pcap if pcap and pcap.exists() else None)
+    run = ShellRun(proc.returncode, out, err, stats_doc, pcap if pcap and pcap.exists() else None, timed_out)
     if run.setup_failed:
         raise ShellError(err.strip().splitlines()[-1] if err.strip() else "ccscope-link failed")
     return run

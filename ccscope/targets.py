@@ -17,7 +17,7 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ccscope.errors import TargetRefused
+from ccscope.errors import TargetRefused, TargetUnresolved
 from ccscope.lab.registry import LAB_NET
 
 MAX_URL_LENGTH = 2048
@@ -154,6 +154,8 @@ class TargetPolicy:
             try:
                 infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             except (socket.gaierror, UnicodeError) as e:
+                if isinstance(e, socket.gaierror) and e.errno == socket.EAI_AGAIN:
+                    raise TargetUnresolved(f"cannot resolve {host!r} for now: {e}") from None
                 raise TargetRefused(f"cannot resolve {host!r}: {e}") from None
             addresses = tuple(dict.fromkeys(str(i[4][0]) for i in infos))
         if not addresses:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ccscope.errors import CCScopeError, LabError
+from ccscope.errors import CCScopeError, LabError, LabNotUp
 from ccscope.lab.certs import ensure_certs
 from ccscope.lab.registry import (
     DEFAULT_CCAS,
@@ -110,7 +110,7 @@ def lab_ca_file(state_dir: str | Path | None = None) -> Path:
 def _existing(p: Path, state_dir: str | Path | None) -> Path:
     if not p.is_file():
         hint = f" --state-dir {state_dir}" if state_dir is not None else ""
-        raise LabError(f"the lab is not up ({p} is missing): run `ccscope lab up{hint}`")
+        raise LabNotUp(f"the lab is not up ({p} is missing): run `ccscope lab up{hint}`")
     return p
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from celery import Celery
 from celery.beat import PersistentScheduler
 from celery.schedules import crontab
+from celery.signals import worker_init
 from sqlalchemy.exc import OperationalError
 
 from ccscope.errors import CCScopeError
@@ -33,6 +34,7 @@ from ccscope.workers.tasks import (
     plan_campaign,
     queued_ids,
     run_measurement,
+    sweep_scratch,
 )
 
 log = logging.getLogger("ccscope.workers")
@@ -80,6 +82,12 @@ def get_store() -> Store:
             _store = Store()
             _store.migrate()
         return _store
+
+
+@worker_init.connect
+def _sweep_at_start(**_: Any) -> None:
+    """Runs killed with an earlier worker left their pcaps behind: remove them before work."""
+    sweep_scratch(WorkerConfig.from_env("startup").out_root)
 
 
 def _backoff(retries: int) -> float:
