@@ -272,7 +272,11 @@ def test_worker_killed_alone_leaves_no_orphans_and_its_scratch_is_swept(app, sto
         "CCSCOPE_RESTORE_INTERVAL": "2",
     }
     first = start_worker("oslo", **knobs)
-    m, _ = store.enqueue_measurement("reno.lab.test", "oslo", "tcp", "orphan-test", url=obj_url("reno"))
+    # ~12 s through profile A: a link that outlived its worker would still be downloading when
+    # the check below gives up on it (a link that dies with its parent goes in a fraction of a
+    # second), so a download that merely finished cannot pass for one that was stopped.
+    url = obj_url("reno", 300_000)
+    m, _ = store.enqueue_measurement("reno.lab.test", "oslo", "tcp", "orphan-test", url=url)
     dispatch(m.id, "oslo")
     deadline = time.monotonic() + 30
     links: list[int] = []
@@ -290,7 +294,7 @@ def test_worker_killed_alone_leaves_no_orphans_and_its_scratch_is_swept(app, sto
 
     os.kill(first.proc.pid, signal.SIGKILL)  # the worker only: its children are not signalled
     first.proc.wait(10)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 5
     alive = [*links, fetch_pid]
     while alive and time.monotonic() < deadline:
         alive = [p for p in alive if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
