@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -50,9 +51,16 @@ def test_root_api_refuses_a_store_its_user_cannot_write(tmp_path: Path) -> None:
     private.mkdir(mode=0o700)
     cmd = [sys.executable, "-m", "ccscope.api.server", "--port", str(_free_port()),
            "--db", f"sqlite:///{private / 'x.db'}", "--traces", str(private / "t")]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and "refusing to serve as root" in p.stdout and "cannot write" in p.stdout, p
-    assert "Traceback" not in p.stdout + p.stderr
+    pipe = subprocess.PIPE
+    p = subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # it serves instead of refusing: its workers go too
+        out, err = p.communicate()
+        pytest.fail(f"the API served as root instead of refusing: {out[-500:]}")
+    assert p.returncode == 2 and "refusing to serve as root" in out and "cannot write" in out, (out, err)
+    assert "Traceback" not in out + err
 
 
 def test_uvicorn_server_on_postgres(pg_cluster: PgCluster) -> None:
