@@ -121,6 +121,27 @@ class Trace:
         """The same trace carrying another series as its BiF (e.g. the pipe, to score it)."""
         return replace(self, bif=np.asarray(bif), columns={})
 
+    def head(self, seconds: float) -> Trace:
+        """The trace's first `seconds`, as a capture stopped then would hold it (to read what a
+        shorter download would have shown). The bytes acknowledged by then are not in the series:
+        they are taken as proportional to time, which the goodput figures read from them assume
+        anyway."""
+        if not len(self.t):
+            return self
+        end = float(self.t[0]) + seconds
+        n = int(np.searchsorted(self.t, end, side="right"))
+        share = min(1.0, seconds / self.duration) if self.duration > 0 else 1.0
+        return replace(
+            self,
+            t=self.t[:n],
+            bif=self.bif[:n],
+            bytes_acked=int(self.bytes_acked * share),
+            partial=True,
+            columns={k: v[:n] for k, v in self.columns.items()},
+            events={k: [x for x in v if x <= end] for k, v in self.events.items()},
+            extra={**self.extra, "head_s": seconds},
+        )
+
     @property
     def duration(self) -> float:
         return float(self.t[-1] - self.t[0]) if len(self.t) else 0.0
