@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from ccscope.capture.shell import link_binary, shell_command
 from ccscope.capture.transports import ClientRequest
 from ccscope.capture.transports.tcp import client_command
-from ccscope.capture.shell import link_binary, shell_command
 from ccscope.profile import get_profile
 from tests.netutil import CCSCOPE
 
