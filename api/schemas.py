@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ccscope.errors import CCScopeError
+from ccscope.profile import check_profile_choice
+from ccscope.store.core import validate_cron
 from ccscope.transports import TRANSPORTS
 
 # The catalogued transports (ccscope/transports.py) as the schema's enum.
@@ -19,6 +22,21 @@ _VANTAGE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 class Strict(BaseModel):
     # Unknown fields are an error, not silently ignored: a typo must not change what runs.
     model_config = ConfigDict(extra="forbid")
+
+
+def _cron(v: str | None) -> str | None:
+    # Refused here (a 422 naming the field and the reason), not when beat builds its schedule.
+    try:
+        return None if v is None else validate_cron(v)
+    except CCScopeError as e:
+        raise ValueError(str(e)) from None
+
+
+def _profiles(v: list[str] | None) -> list[str] | None:
+    try:
+        return None if v is None else [check_profile_choice(p) for p in v]
+    except CCScopeError as e:
+        raise ValueError(str(e)) from None
 
 
 class ErrorOut(BaseModel):
@@ -72,6 +90,9 @@ class CampaignIn(Strict):
     schedule: str = Field(min_length=9, max_length=100, description="5-field cron, UTC")
     enabled: bool = True
 
+    _check_schedule = field_validator("schedule")(_cron)
+    _check_profiles = field_validator("profiles")(_profiles)
+
 
 class CampaignPatch(Strict):
     top_n: int | None = Field(default=None, ge=1, le=1_000_000)
@@ -80,6 +101,9 @@ class CampaignPatch(Strict):
     vantages: list[str] | None = Field(default=None, min_length=1, max_length=100)
     schedule: str | None = Field(default=None, min_length=9, max_length=100)
     enabled: bool | None = None
+
+    _check_schedule = field_validator("schedule")(_cron)
+    _check_profiles = field_validator("profiles")(_profiles)
 
 
 class CampaignOut(BaseModel):
@@ -110,7 +134,15 @@ class MeasurementIn(Strict):
     )
     vantage: str = Field(pattern=_VANTAGE)
     transport: Transport = "tcp"
-    profile: str = Field(default="default", pattern=_NAME)
+    profile: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$")
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, v: str) -> str:
+        try:
+            return check_profile_choice(v)
+        except CCScopeError as e:
+            raise ValueError(str(e)) from None
 
 
 class TraceOut(BaseModel):

@@ -46,6 +46,9 @@ class ProfileRun:
     groundtruth: dict[str, Any] | None = None  # lab mode: error against the server's own record
     transport: str = "tcp"
     estimator: dict[str, Any] | None = None  # what the transport's BiF estimator reports (QUIC)
+    # The failure's kind (capture.fetch's error_kind, or a CCScopeError's kind: capture, shell,
+    # lab_down...), so that the workers decide retries on it rather than on the message.
+    error_kind: str | None = None
 
 
 def bif_errors(groundtruth: dict[str, Any] | None) -> tuple[float | None, float | None, float | None]:
@@ -157,8 +160,10 @@ def measure_profile(
     fetch_failed = sh.returncode != 0
     if fetch_failed:
         run.error = run.fetch.get("error") or sh.stderr.strip()[-300:] or f"exit {sh.returncode}"
+        run.error_kind = run.fetch.get("error_kind") or ("timeout" if sh.timed_out else "shell")
     if not pcap.exists():
-        run.error = run.error or "no capture was written"
+        if run.error is None:
+            run.error, run.error_kind = "no capture was written", CaptureError.kind
         return run
     try:
         got = tr.flows(
@@ -171,7 +176,8 @@ def measure_profile(
             link_stats=sh.stats,
         )
     except CaptureError as e:
-        run.error = run.error or str(e)
+        if run.error is None:
+            run.error, run.error_kind = str(e), e.kind
         return run
     flow, sender = got.capture, got.sender
     # A download that failed or was cut short still leaves a usable, clearly marked trace.
@@ -248,6 +254,8 @@ def measure(
                     )
                 )
         except CCScopeError as e:
-            m.runs.append(ProfileRun(profile=name, ok=False, error=str(e), transport=transport))
+            m.runs.append(
+                ProfileRun(profile=name, ok=False, error=str(e), error_kind=e.kind, transport=transport)
+            )
     (out / "measurement.json").write_text(json.dumps(m.to_dict(), indent=2, default=str))
     return m

@@ -230,5 +230,18 @@ def get_profile(name: str) -> Profile:
     raise ProfileError(f"unknown profile {name!r} (known: {known})")
 
 
+def check_profile_choice(spec: str) -> str:
+    """A measurement's profile field: "default" (the worker's profiles) or known profile names
+    joined by "+" ("A+B"); raises ProfileError naming the unknown one."""
+    if spec in ("", "default"):
+        return "default"
+    names = spec.split("+")
+    for n in names:
+        if not n:
+            raise ProfileError(f"empty profile name in {spec!r}")
+        get_profile(n)
+    return spec
+
+
 def _num(x: float) -> str:
     return f"{x:g}"

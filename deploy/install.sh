@@ -12,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- system packages -------------------------------------------------------------------
-APT_PKGS=(iproute2 nftables iputils-ping procps openssl curl ca-certificates
+APT_PKGS=(iproute2 nftables iputils-ping procps openssl curl ca-certificates acl
           build-essential pkg-config python3 python3-venv tshark
           clang bpftool libelf-dev zlib1g-dev postgresql redis-server
           nginx-light ethtool
@@ -38,6 +38,25 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled nginx >/dev/null
   systemctl disable --now nginx >/dev/null 2>&1 || true
 fi
 [ -e /dev/net/tun ] || { mkdir -p /dev/net; mknod /dev/net/tun c 10 200; chmod 600 /dev/net/tun; }
+
+# The unprivileged user a shell's command (the download client) and the API run as: no login,
+# no home, no capabilities. ccscope-link falls back to `nobody` where it is missing.
+if ! getent passwd ccscope >/dev/null; then
+  log "creating the ccscope system user"
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin ccscope
+fi
+# That user runs .venv/bin/python -m ccscope.capture.fetch from this checkout: let it traverse
+# the directories above the checkout and above the interpreter (either may be under /root)
+# and nothing more.
+reach() {
+  local d
+  d=$(dirname "$(readlink -f "$1")")
+  while [ "$d" != / ]; do
+    runuser -u ccscope -- test -x "$d" 2>/dev/null || { log "letting ccscope traverse $d"; setfacl -m u:ccscope:x "$d"; }
+    d=$(dirname "$d")
+  done
+}
+reach "$(pwd -P)/pyproject.toml"
 
 # --- Rust toolchain and the link emulator ------------------------------------------------
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -103,4 +122,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/pip install --quiet -e '.[dev]'
   echo "$want" > "$stamp"
 fi
+reach .venv/bin/python
+runuser -u ccscope -- .venv/bin/python -c 'import ccscope.capture.fetch' \
+  || { echo "setup: the ccscope user cannot run .venv/bin/python -m ccscope.capture.fetch" >&2; exit 1; }
 log "ready: $(.venv/bin/ccscope --version), $(capture/link/target/release/ccscope-link --version 2>/dev/null || echo ccscope-link)"

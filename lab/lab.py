@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ccscope.errors import CCScopeError, LabError
+from ccscope.errors import CCScopeError, LabError, LabNotUp
 from ccscope.lab.certs import ensure_certs
 from ccscope.lab.registry import (
     DEFAULT_CCAS,
@@ -114,7 +114,7 @@ def lab_ca_file(state_dir: str | Path | None = None) -> Path:
 def _existing(p: Path, state_dir: str | Path | None) -> Path:
     if not p.is_file():
         hint = f" --state-dir {state_dir}" if state_dir is not None else ""
-        raise LabError(f"the lab is not up ({p} is missing): run `ccscope lab up{hint}`")
+        raise LabNotUp(f"the lab is not up ({p} is missing): run `ccscope lab up{hint}`")
     return p
 
 
@@ -412,9 +412,11 @@ class Lab:
              *[a for s in specs for a in ("--inner-addr", f"{s.addr}/32")],
              *(["--inner-addr", f"{xaddr}/32"] if xaddr else []),
              *[a for q in quic_addrs for a in ("--inner-addr", f"{q}/32")],
-             "--stats", str(self.link_stats), "--ready-fd", str(w)],
+             "--stats", str(self.link_stats), "--ready-fd", str(w),
+             # the servers outlive `lab up`, which only starts them
+             "--detach"],
             server_cmd,
-            keep_root=True,  # the server sets CCAs, real-time priority and its namespace's routes
+            keep_root=True,  # the servers set CCAs, real-time priority, routes, ports 80/443
         )  # fmt: skip
         with self.log_file.open("wb") as log:
             try:

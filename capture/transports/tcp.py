@@ -21,7 +21,12 @@ def client_command(req: ClientRequest) -> list[str]:
     if req.lab:
         cmd.append("--lab")
     if req.cafile is not None:
-        cmd += ["--cacert", str(req.cafile)]
+        # The client runs unprivileged and may not reach the lab's state directory: hand it the
+        # (public) CA certificate itself.
+        try:
+            cmd += ["--ca-pem", Path(req.cafile).read_text()]
+        except OSError as e:
+            raise CaptureError(f"cannot read the lab CA {req.cafile}: {e}") from None
     return cmd
 
 
