@@ -795,6 +795,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "QUIC classes) instead of --space/--draws",
     )
     p.add_argument("--sets", help="with --plan: which of its sets, comma-separated (default all)")
+    p.add_argument(
+        "--scale", type=float, default=1.0, help="with --plan: each set's count per class times this (min 1)"
+    )
     p.add_argument("--start", type=int, default=0, help="index of the first draw (default 0)")
     p.add_argument("--fix", action="append", default=[], choices=GROUPS, metavar="GROUP",
                    help=f"hold a factor group at its mildest ({', '.join(GROUPS)}); repeatable")  # fmt: skip
@@ -817,7 +820,10 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.plan in ("reference", "reference-quic"):
         from ccscope.classifier.reference import plan, quic_plan
 
-        sets = plan() if args.plan == "reference" else quic_plan()
+        if not 0 < args.scale <= 1:
+            print(f"collect: --scale must be in (0, 1], not {args.scale}", file=sys.stderr)
+            return 2
+        sets = plan(scale=args.scale) if args.plan == "reference" else quic_plan(scale=args.scale)
         want = [x for x in (args.sets or ",".join(sets)).split(",") if x]
         unknown = [x for x in want if x not in sets]
         if unknown:

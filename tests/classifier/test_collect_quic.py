@@ -120,8 +120,8 @@ def test_a_quic_record_names_the_stack_class() -> None:
         "aioquic:cubic", "aioquic:cubic", "quic", False)  # fmt: skip
     assert (rec["split"], rec["space"], rec["run"]) == ("eval", "full", 0)
     assert rec["quic"] == quic_adaptation(d).to_dict()
-    assert sample_set(rec) == "unseen"
-    assert sample_set({**rec, "split": "train", "run": 1}) == "heldout_runs"
+    assert sample_set(rec) == "quic_unseen"  # QUIC classes are scored apart
+    assert sample_set({**rec, "split": "train", "run": 1}) == "quic_heldout_runs"
     json.dumps(rec)
 
 
@@ -151,6 +151,14 @@ def test_cli_plans_quic(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     n = len(LABELS) * (N_TRAIN_QUIC + N_UNSEEN_QUIC)
     assert doc["jobs"] == n + len(LABELS) * N_RUNS_QUIC and doc["draws"] == n and doc["server_groups"] == 1
+    # a smaller campaign: each set's count per class scaled, never below one
+    args = build_parser().parse_args(["collect", "--plan", "reference-quic", "--scale", "0.2", "--dry-run",
+                                      "--json"])  # fmt: skip
+    assert run_cli(args) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"] == len(LABELS) * (5 + 1 + 2)
+    args = build_parser().parse_args(["collect", "--plan", "reference-quic", "--scale", "0", "--dry-run"])
+    assert run_cli(args) == 2
+    assert "--scale" in capsys.readouterr().err
     args = build_parser().parse_args(["collect", "--draws", "2", "--ccas", "cubic,quiche:bbr2_gcongestion",
                                       "--dry-run", "--json"])  # fmt: skip
     assert run_cli(args) == 0
