@@ -22,11 +22,19 @@ from ccscope.errors import EXIT_INSUFFICIENT, EXIT_UNKNOWN, CCScopeError, exit_c
 
 PCAP_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
 CSV_SUFFIXES = (".csv", ".tsv", ".txt")
+ROOT_HELP = (
+    "a reference collection (`ccscope collect`); repeatable: one model from several, e.g. the TCP "
+    "and the QUIC one, each transport's classes from its own measurements (default /var/tmp/ccscope-draws)"
+)
+
+
+def roots(args: argparse.Namespace) -> list[Path]:
+    from ccscope.classifier.train import DEFAULT_ROOT
+
+    return list(args.root or [DEFAULT_ROOT])
 
 
 def register(subparsers: Any) -> None:
-    from ccscope.classifier.train import DEFAULT_ROOT
-
     p = subparsers.add_parser(
         "classify",
         help="name the congestion control behind traces (profiles A and B of one server)",
@@ -49,13 +57,14 @@ def register(subparsers: Any) -> None:
         "train",
         help="train the classifier on the lab's reference measurements",
         description="Fit the model on the reference set under --root (measured by `ccscope "
-        "collect --plan reference`: lab CCAs under seeded random draws of network, server and "
-        "profile conditions), write it and its reference summaries to --out (default: the "
-        "current directory) and the evaluation to --eval-out. --from-features refits on a "
+        "collect --plan reference`, and `--plan reference-quic` for QUIC's classes: lab CCAs "
+        "under seeded random draws of network, server and profile conditions), write it and its "
+        "reference summaries to --out (default: the current directory) and the evaluation to "
+        "--eval-out. --from-features refits on a "
         "reference-features file instead (the shipped one reproduces the shipped model).",
         epilog=exit_codes_help(),
     )
-    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=f"reference set (default {DEFAULT_ROOT})")
+    p.add_argument("--root", type=Path, action="append", help=ROOT_HELP)
     p.add_argument("--out", type=Path, default=Path("."), help="where the model and its summaries go")
     p.add_argument("--eval-out", type=Path, default=Path("eval"), help="where the evaluation goes")
     p.add_argument("--workers", type=int, default=1, help="processes for feature extraction")
@@ -78,7 +87,7 @@ def register(subparsers: Any) -> None:
         "holds none) on the summaries shipped beside the model.",
         epilog=exit_codes_help(),
     )
-    p.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    p.add_argument("--root", type=Path, action="append", help=ROOT_HELP)
     p.add_argument("--features", type=Path, metavar="FILE", help="a reference-features file")
     p.add_argument("--model", type=Path, help="model artifact (default: the shipped one)")
     p.add_argument("--out", type=Path, default=Path("eval"), help="where the evaluation goes")
@@ -204,7 +213,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         # An elapsed-time bar while features are extracted and the model is fitted (minutes).
         with ticking("training"):
             model, res, path = train_and_eval(
-                args.root, args.out, args.eval_out, workers=args.workers, features=args.from_features
+                roots(args), args.out, args.eval_out, workers=args.workers, features=args.from_features
             )
     except ReferenceFeaturesError as e:
         raise CCScopeError(str(e)) from e
@@ -233,14 +242,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise CCScopeError(str(e)) from e
     try:
         samples, summ, source = reference_data(
-            args.root, features=args.features, shipped_fallback=True, workers=args.workers
+            roots(args), features=args.features, shipped_fallback=True, workers=args.workers
         )
     except ReferenceFeaturesError as e:
         raise CCScopeError(str(e)) from e
+    where = ", ".join(map(str, roots(args)))
     if not samples:
-        raise CCScopeError(f"no reference measurements under {args.root}; `ccscope collect` measures them")
+        raise CCScopeError(f"no reference measurements under {where}; `ccscope collect` measures them")
     if source is not None and args.features is None:
-        print(f"no reference traces under {args.root}: evaluating on their shipped summaries ({source.name})",
+        print(f"no reference traces under {where}: evaluating on their shipped summaries ({source.name})",
               file=sys.stderr)  # fmt: skip
     res = evaluate(model, samples, summ)
     write_eval(res, args.out)

@@ -9,7 +9,10 @@ conditions (`classifier/conditions.py`), one measurement per (draw, CCA), in nam
 * `variants`: untrained parameter variants of zoo CCAs on evaluation draws (should be Unknown);
 * `other_profiles`: evaluation draws whose measurement profile is not ccscope's (SACK off,
   1xBDP, 50-400 kbit/s, ...), as imported captures are;
-* `heldout_runs`: the census's own set-up (the standard profiles) on new seeds.
+* `heldout_runs`: the census's own set-up (the standard profiles) on new seeds;
+* `quic_train`, `quic_heldout_runs`, `quic_unseen`: the same for the lab's QUIC classes
+  (`stack:cca`, `reference.quic_plan`), usually a collection of their own: `--root` is
+  repeatable, and each transport's estimator is fitted on its own measurements.
 
 The unit of evaluation is a measurement: all traces of one server, as `classify()` gets them.
 """
@@ -21,7 +24,7 @@ import hashlib
 import json
 import math
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -39,7 +42,7 @@ from ccscope.trace import Trace
 DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
 FEATURES_FORMAT = "ccscope-reference-features/2"
 DEFAULT_FEATURES = MODELS_DIR / f"reference-{CLASSIFIER_VERSION}.json.gz"
-EVAL_SETS = ("unseen", "variants", "other_profiles", "heldout_runs")
+EVAL_SETS = ("unseen", "variants", "other_profiles", "heldout_runs", "quic_unseen", "quic_heldout_runs")
 
 
 class ReferenceFeaturesError(ValueError):
@@ -140,14 +143,22 @@ def summaries_for(
 
 
 def save_reference_features(
-    samples: Sequence[Sample], summ: dict[str, TraceSummary], root: Path, path: Path
+    samples: Sequence[Sample], summ: dict[str, TraceSummary], root: Path | Sequence[Path], path: Path
 ) -> Path:
-    """The samples and their summaries, paths relative to `root`; gzip without a name or time
-    stamp, so the same summaries give the same bytes."""
+    """The samples and their summaries, paths relative to the root that holds them (several
+    roots: a TCP and a QUIC collection; their job directories are named by draw and CCA, so
+    they do not collide); gzip without a name or time stamp, so the same summaries give the
+    same bytes."""
+    roots = _roots(root)
 
     def rel(p: str) -> str:
         q = Path(p)
-        return str(q.relative_to(root)) if q.is_relative_to(root) else p
+        r = next((r for r in roots if q.is_relative_to(r)), None)
+        return str(q.relative_to(r)) if r is not None else p
+
+    rels = [rel(p) for p in summ]
+    if len(set(rels)) != len(rels):
+        raise ReferenceFeaturesError("two reference roots hold traces under the same relative path")
 
     doc = {
         "format": FEATURES_FORMAT,
@@ -215,9 +226,30 @@ def fit_model(
     `truth` the server's own ground-truth series of the same transfers: the oracle the bench
     compares with)."""
     use = [s for s in sorted(train, key=lambda s: s.key) if not s.variant]
+    ests, counts = fit_estimators(use, summ, truth=truth, params=params)
+    if "tcp" not in ests:
+        raise ReferenceFeaturesError("no usable TCP training measurement")
+    meta = {**meta, "fitted": counts, "data": data_hash([(s.key, s.label, s.group) for s in use])}
+    version = f"ccscope-{CLASSIFIER_VERSION}+{meta['data'][:8]}" + ("-oracle" if truth else "")
+    model = Model(version=version, estimators=ests, training=meta)
+    # evaluate exactly what ships: the artifact's rounded numbers, not the in-memory fit
+    return Model.from_dict(json.loads(json.dumps(model.to_dict())))
+
+
+def fit_estimators(
+    train: Sequence[Sample],
+    summ: dict[str, TraceSummary],
+    *,
+    truth: bool = False,
+    params: dict[str, Any] | None = None,
+    transports: Sequence[str] | None = None,
+) -> tuple[dict[str, CCAClassifier], dict[str, dict[str, int]]]:
+    """`fit_model`'s estimators (of `transports`, default every one the samples have) and how
+    many measurements each was fitted on; a transport without a usable one has none."""
+    use = [s for s in sorted(train, key=lambda s: s.key) if not s.variant]
     ests: dict[str, CCAClassifier] = {}
     counts: dict[str, dict[str, int]] = {}
-    for transport in sorted({s.transport for s in use}):
+    for transport in sorted(transports or {s.transport for s in use}):
         mine = [s for s in use if s.transport == transport]
         X = [[summ[p] for p in (s.truth if truth else s.paths)] for s in mine]
         keep = [i for i, m in enumerate(X) if any(t.usable for t in m)]
@@ -227,13 +259,7 @@ def fit_model(
             [X[i] for i in keep], [mine[i].label for i in keep], [mine[i].group for i in keep]
         )
         counts[transport] = {"train_measurements": len(keep), "train_unusable": len(mine) - len(keep)}
-    if "tcp" not in ests:
-        raise ReferenceFeaturesError("no usable TCP training measurement")
-    meta = {**meta, "fitted": counts, "data": data_hash([(s.key, s.label, s.group) for s in use])}
-    version = f"ccscope-{CLASSIFIER_VERSION}+{meta['data'][:8]}" + ("-oracle" if truth else "")
-    model = Model(version=version, estimators=ests, training=meta)
-    # evaluate exactly what ships: the artifact's rounded numbers, not the in-memory fit
-    return Model.from_dict(json.loads(json.dumps(model.to_dict())))
+    return ests, counts
 
 
 # --- evaluation -------------------------------------------------------------------------------
@@ -374,14 +400,21 @@ def evaluate(
     model: Model, samples: Sequence[Sample], summ: dict[str, TraceSummary], *, truth: bool = False
 ) -> dict[str, Any]:
     """Scores per evaluation set, with the predictions they come from."""
-    res: dict[str, Any] = {"model_version": model.version, "classes": model.classes}
+    res: dict[str, Any] = {
+        "model_version": model.version,
+        "classes": list(model.estimators["tcp"].classes_) if "tcp" in model.estimators else [],
+    }
+    if "quic" in model.estimators:
+        res["quic_classes"] = list(model.estimators["quic"].classes_)
     for name in sorted({s.set for s in samples} - {"train", "quic_train"}):
+        transport = "quic" if name.startswith("quic_") else "tcp"
+        if transport not in model.estimators:
+            continue  # a model without this transport's classes (one fitted on the other alone)
         rows = predict_rows(model, [s for s in samples if s.set == name], summ, truth=truth)
         if not rows:
             continue
         entry: dict[str, Any] = {"predictions": rows}
-        transport = "quic" if name.startswith("quic_") else "tcp"
-        classes = model.estimators[transport].classes_ if transport in model.estimators else model.classes
+        classes = model.estimators[transport].classes_
         if any(not r["variant"] for r in rows):
             entry.update(score(rows, list(classes)))
         if any(r["variant"] for r in rows):
@@ -424,6 +457,8 @@ def headline(res: dict[str, Any]) -> dict[str, Any]:
         "recall_other_profiles": g("other_profiles", "mean_recall"),
         "recall_heldout_runs": g("heldout_runs", "mean_recall"),
         "unknown_variants_unseen": ((res.get("variants") or {}).get("variants") or {}).get("unknown_rate"),
+        "recall_quic_unseen": g("quic_unseen", "mean_recall"),
+        "recall_quic_heldout_runs": g("quic_heldout_runs", "mean_recall"),
         "weakest_pairs": res.get("weakest_pairs"),
     }
 
@@ -603,20 +638,37 @@ def draw_factors(draw: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _roots(root: Path | Sequence[Path]) -> list[Path]:
+    return [Path(root)] if isinstance(root, (str, Path)) else [Path(r) for r in root]
+
+
 def reference_data(
-    root: Path, *, features: Path | None = None, shipped_fallback: bool = False, workers: int = 1
+    root: Path | Sequence[Path],
+    *,
+    features: Path | None = None,
+    shipped_fallback: bool = False,
+    workers: int = 1,
 ) -> tuple[list[Sample], dict[str, TraceSummary], Path | None]:
     """The reference measurements and their summaries, and the features file they came from
-    (None: the traces under `root`): `features` when given, else the traces, else (with
-    `shipped_fallback`) the shipped DEFAULT_FEATURES."""
+    (None: the traces under `root`, one collection or several, e.g. the TCP and the QUIC
+    one): `features` when given, else the traces, else (with `shipped_fallback`) the shipped
+    DEFAULT_FEATURES. Each root caches its own traces' summaries."""
     if features is None:
-        samples, skipped = load_samples(root)
-        for s in skipped:
-            log(f"left out: {s}")
+        samples: list[Sample] = []
+        summ: dict[str, TraceSummary] = {}
+        for r in _roots(root):
+            mine, skipped = load_samples(r)
+            for s in skipped:
+                log(f"left out: {s}")
+            paths = [p for s in mine for p in (*s.paths, *s.truth)]
+            if paths:
+                summ |= summaries_for(paths, r, workers=workers, progress=_progress(f"summarising {r}"))
+            samples += mine
+        dup = sorted(k for k, n in Counter(s.key for s in samples).items() if n > 1)
+        if dup:
+            raise ReferenceFeaturesError(f"{len(dup)} measurements are in two roots, e.g. {dup[0]}")
         if samples:
-            paths = [p for s in samples for p in (*s.paths, *s.truth)]
-            summ = summaries_for(paths, root, workers=workers, progress=_progress("summarising"))
-            return samples, summ, None
+            return sorted(samples, key=lambda s: s.key), summ, None
         if not (shipped_fallback and DEFAULT_FEATURES.exists()):
             return [], {}, None
         features = DEFAULT_FEATURES
@@ -635,15 +687,22 @@ def _progress(what: str) -> Callable[[int, int], None] | None:
 
 
 def train_and_eval(
-    root: Path, out_dir: Path | None, eval_dir: Path | None, *, workers: int = 1, features: Path | None = None
+    root: Path | Sequence[Path],
+    out_dir: Path | None,
+    eval_dir: Path | None,
+    *,
+    workers: int = 1,
+    features: Path | None = None,
 ) -> tuple[Model, dict[str, Any], Path | None]:
-    """Fit on the reference set (traces under `root`, or a features file) and evaluate; write
-    the model, the reference summaries beside it, and the evaluation."""
+    """Fit on the reference set (traces under `root`, one or several collections, or a
+    features file) and evaluate; write the model, the reference summaries beside it, and the
+    evaluation."""
     samples, summ, source = reference_data(root, features=features, workers=workers)
     train = [s for s in samples if s.set in ("train", "quic_train")]
     if not train:
         raise ReferenceFeaturesError(
-            f"no training measurements under {root}; `ccscope collect` measures them"
+            f"no training measurements under {', '.join(map(str, _roots(root)))}; `ccscope collect` "
+            "measures them"
         )
     meta = {
         "reference_measurements": len(samples),

@@ -1,0 +1,79 @@
+"""`ccscope train` on several reference roots: one model, each transport's classes fitted on
+its own measurements (a TCP collection and a QUIC one, as the lab keeps them apart)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ccscope.classifier.model import Model
+from ccscope.classifier.train import (
+    ReferenceFeaturesError,
+    load_reference_features,
+    reference_data,
+)
+from tests.classifier.conftest import cli, load
+
+TCP = {"cubic": "cubic", "reno": "reno/dctcp", "bbr": "bbr"}
+QUIC = {"cubic": "quiche:cubic", "reno": "aioquic:reno", "bbr2": "quiche:bbr2"}
+
+
+def _root(root: Path, classes: dict[str, str], transport: str, draws: int = 3) -> None:
+    """A collection's index and traces: the committed lab pairs stand in for every draw (the
+    plumbing is under test here, not the accuracy)."""
+    lines = []
+    for d in range(draws + 1):
+        split = "train" if d < draws else "eval"
+        for cca, label in classes.items():
+            draw_id = f"{transport}{d:02d}"
+            out = root / draw_id / label.replace(":", "-") / "run0"
+            out.mkdir(parents=True)
+            slots = {}
+            for p in "AB":
+                t = load(cca, p)
+                if transport != "tcp":
+                    t = replace(t, flow=replace(t.flow, transport=transport))
+                slots[p] = {"sender_trace": str(t.save(out / f"{p}.sender.trace.json"))}
+            lines.append({"key": f"{draw_id}/{label}/run0", "draw_id": draw_id, "cca": label, "label": label,
+                          "transport": transport, "split": split, "space": "full", "run": 0,
+                          "status": "ok", "slots": slots})  # fmt: skip
+    (root / "index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_one_model_from_a_tcp_and_a_quic_root(tmp_path: Path) -> None:
+    tcp, quic = tmp_path / "tcp", tmp_path / "quic"
+    _root(tcp, TCP, "tcp")
+    _root(quic, QUIC, "quic")
+    out = tmp_path / "out"
+    r = cli("train", "--root", str(tcp), "--root", str(quic), "--out", str(out), "--eval-out",
+            str(tmp_path / "eval"), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    head = json.loads(r.stdout)
+    assert head["recall_unseen"] is not None and head["recall_quic_unseen"] is not None
+
+    model = Model.load(next(out.glob("ccscope-*.json")))
+    assert sorted(model.estimators) == ["quic", "tcp"]
+    assert list(model.for_transport("quic").classes_) == sorted(QUIC.values())
+    assert list(model.for_transport("tcp").classes_) == sorted(TCP.values())
+    assert model.training["fitted"]["quic"]["train_measurements"] == 3 * len(QUIC)
+
+    res = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert res["quic_classes"] == sorted(QUIC.values())
+    assert set(res["quic_unseen"]["per_class"]) <= set(QUIC.values())
+    assert {r["label"] for r in res["unseen"]["predictions"]} == set(TCP.values())
+
+    # the reference summaries beside the model: each path relative to its own root
+    samples, summ = load_reference_features(next(out.glob("reference-*.json.gz")))
+    assert {s.transport for s in samples} == {"tcp", "quic"}
+    assert all(not Path(p).is_absolute() for p in summ)
+    assert sum(s.set == "quic_train" for s in samples) == 3 * len(QUIC)
+
+
+def test_a_measurement_in_two_roots_is_refused(tmp_path: Path) -> None:
+    _root(tmp_path / "a", {"cubic": "cubic"}, "tcp", draws=1)
+    _root(tmp_path / "b", {"cubic": "cubic"}, "tcp", draws=1)
+    with pytest.raises(ReferenceFeaturesError, match="in two roots"):
+        reference_data([tmp_path / "a", tmp_path / "b"])
