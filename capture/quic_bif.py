@@ -710,6 +710,7 @@ def traces_from_quic(
             "client_datagrams": int((~d.to_client).sum()),
             "server_datagrams": int(d.to_client.sum()),
             "spin": bool(rinfo.get("spin_rtt_ms") is not None),
+            "stack_print": _stack_print(d),
         }
         if link_stats and link is not None:
             down = link_stats.get("down") or {}
@@ -738,6 +739,16 @@ def traces_from_quic(
         out.append(tr)
         infos.append(info)
     return QuicResult(out, dict(cap.stats), cap.partial, infos)
+
+
+def _stack_print(d: Datagrams) -> dict[str, Any]:
+    """Which QUIC stack the server looks like (capture/quic_fingerprint.py), kept with the trace
+    so a verdict can name the stack family beside its CCA."""
+    from ccscope.capture.quic_fingerprint import fingerprint, guess
+
+    fp = fingerprint(d)
+    name, why = guess(fp)
+    return {**fp.to_dict(), "guess": name, "why": why}
 
 
 def _resample(t: np.ndarray, v: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -53,7 +53,21 @@ def classify(
     # Which alignment was read (the model's is in its training record): a reader can tell a
     # verdict on sender-aligned traces from one forced onto capture-aligned ones.
     aligned = sorted({t.alignment for t in traces}) or ["none"]
-    return replace(v, evidence={**v.evidence, "alignment": "+".join(aligned)})
+    ev = {**v.evidence, "alignment": "+".join(aligned)}
+    stack = quic_stack(traces)
+    if stack is not None:
+        ev["quic_stack"] = stack
+    return replace(v, evidence=ev)
+
+
+def quic_stack(traces: Sequence[Trace]) -> dict[str, Any] | None:
+    """The QUIC stack family the captures' fingerprints name (capture/quic_fingerprint.py), apart
+    from the label's stack, which the forest read from the window's shape; None without one."""
+    prints = [p for t in traces if (p := ((t.extra or {}).get("quic") or {}).get("stack_print"))]
+    if not prints:
+        return None
+    names = sorted({p.get("guess") for p in prints}, key=str)
+    return {"family": names[0] if len(names) == 1 else None, "why": prints[0].get("why"), "traces": prints}
 
 
 def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdict:

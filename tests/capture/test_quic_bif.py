@@ -129,3 +129,6 @@ def test_stack_fingerprint_reads_the_connection_id_and_the_pacing() -> None:
     assert 0.0 < fp.back_to_back < 0.5  # the first window leaves in one burst, the rest ACK-clocked
     assert guess(fp)[0] == "quiche"
     assert guess(replace(fp, scid_len=7))[0] is None
+    # every QUIC trace carries it, so a verdict can name the stack family
+    tr = traces_from_quic(read_quic(pcap_bytes(pk)), profile=sim.profile).traces[0]
+    assert tr.extra["quic"]["stack_print"] == {**fp.to_dict(), "guess": "quiche", "why": guess(fp)[1]}

@@ -77,3 +77,17 @@ def test_a_measurement_in_two_roots_is_refused(tmp_path: Path) -> None:
     _root(tmp_path / "b", {"cubic": "cubic"}, "tcp", draws=1)
     with pytest.raises(ReferenceFeaturesError, match="in two roots"):
         reference_data([tmp_path / "a", tmp_path / "b"])
+
+
+def test_the_stack_family_comes_from_the_captures_fingerprint() -> None:
+    from ccscope.classifier.core import quic_stack
+
+    a, b = load("cubic", "A"), load("cubic", "B")
+    assert quic_stack([a, b]) is None  # TCP traces carry none
+    fp = {"scid_len": 20, "guess": "quiche", "why": "20-byte connection IDs, 0.3 % ACK-only datagrams"}
+    qa = replace(a, extra={**a.extra, "quic": {"stack_print": fp}})
+    qb = replace(b, extra={**b.extra, "quic": {"stack_print": {**fp, "guess": "quiche"}}})
+    assert quic_stack([qa, qb]) == {"family": "quiche", "why": fp["why"], "traces": [fp, fp]}
+    # the two captures disagree: no family named, both prints kept
+    qc = replace(b, extra={"quic": {"stack_print": {**fp, "scid_len": 8, "guess": "aioquic"}}})
+    assert quic_stack([qa, qc])["family"] is None
