@@ -13,7 +13,7 @@ from ccscope.classifier.detectors import run_detectors
 from ccscope.classifier.estimator import Decision
 from ccscope.classifier.features import InsufficientData, analyse
 from ccscope.classifier.model import FAMILY, Model, ModelError
-from ccscope.classifier.summary import TraceSummary
+from ccscope.classifier.summary import TraceSummary, quic_print_features
 from ccscope.trace import Trace
 from ccscope.verdict import UNKNOWN, Verdict
 
@@ -36,6 +36,8 @@ def summarise(trace: Trace) -> TraceSummary:
     feats = dict(a.features)
     for f in findings:
         feats["det_" + f.name] = float(f.score)
+    if trace.transport == "quic":
+        feats.update(quic_print_features(((trace.extra or {}).get("quic") or {}).get("stack_print")))
     ev = a.evidence()
     ev["detectors"] = {f.name: f.to_dict() for f in findings}
     ev["alignment"] = trace.alignment

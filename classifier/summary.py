@@ -16,11 +16,37 @@ from ccscope.classifier.features import FEATURES
 # The BBR timing detectors' scores enter the model as features beside the shape features.
 DETECTOR_FEATURES = ("det_bbr1", "det_bbr3")
 FEATURE_NAMES: tuple[str, ...] = (*FEATURES, *DETECTOR_FEATURES)
+# A QUIC trace's stack fingerprint (capture/quic_fingerprint.py, kept in the trace's
+# extra.quic.stack_print): QUIC classes are a stack's CCA, and the stack shows in the server's
+# connection ID length and how it cuts and paces datagrams, which the window's shape does not.
+QUIC_PRINT = {
+    "quic_scid_len": "scid_len",
+    "quic_ack_only": "ack_only_share",
+    "quic_back_to_back": "back_to_back",
+    "quic_full_share": "full_share",
+    "quic_other_sizes": "other_sizes",
+}
+QUIC_FEATURES: tuple[str, ...] = tuple(QUIC_PRINT)
+
+
+def feature_names(transport: str) -> tuple[str, ...]:
+    """The features a transport's traces carry (and its estimator reads)."""
+    return (*FEATURE_NAMES, *QUIC_FEATURES) if transport == "quic" else FEATURE_NAMES
+
+
+def quic_print_features(stack_print: dict[str, Any] | None) -> dict[str, float]:
+    """QUIC_FEATURES from a trace's stack print (NaN: a trace measured without one)."""
+    sp = stack_print or {}
+    out = {}
+    for name, key in QUIC_PRINT.items():
+        v = sp.get(key)
+        out[name] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+    return out
 
 
 @dataclass
 class TraceSummary:
-    features: dict[str, float]  # FEATURE_NAMES -> value (NaN: not measurable in this trace)
+    features: dict[str, float]  # feature_names(transport) -> value (NaN: not measurable here)
     insufficient: str | None = None  # why this trace carries no verdict
     evidence: dict[str, Any] = field(default_factory=dict)
     rtt_ms: float | None = None  # the path's base RTT as the trace shows it

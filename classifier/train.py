@@ -36,7 +36,7 @@ import numpy as np
 from ccscope.classifier.core import summarise, verdict_from_summaries
 from ccscope.classifier.estimator import CCAClassifier
 from ccscope.classifier.model import CLASSIFIER_VERSION, FAMILY, MODELS_DIR, Model, data_hash
-from ccscope.classifier.summary import FEATURE_NAMES, TraceSummary
+from ccscope.classifier.summary import FEATURE_NAMES, QUIC_FEATURES, TraceSummary, feature_names
 from ccscope.trace import Trace
 
 DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
@@ -93,10 +93,10 @@ def summary_code_digest() -> str:
     version, so a feature edit without a version bump recomputes instead of reusing old values."""
     from ccscope import trace as trace_mod
     from ccscope.capture import tcp_bif
-    from ccscope.classifier import core, detectors, features
+    from ccscope.classifier import core, detectors, features, summary
 
     h = hashlib.sha256()
-    for mod in (trace_mod, features, detectors, core, tcp_bif):
+    for mod in (trace_mod, features, detectors, core, summary, tcp_bif):
         h.update(Path(str(mod.__file__)).read_bytes())
     return h.hexdigest()[:12]
 
@@ -164,6 +164,7 @@ def save_reference_features(
         "format": FEATURES_FORMAT,
         "classifier_version": CLASSIFIER_VERSION,
         "features": list(FEATURE_NAMES),
+        "quic_features": list(QUIC_FEATURES),
         "samples": [
             {**s.to_dict(), "paths": [rel(p) for p in s.paths], "truth": [rel(p) for p in s.truth]}
             for s in sorted(samples, key=lambda s: s.key)
@@ -201,9 +202,10 @@ def load_reference_features(path: Path) -> tuple[list[Sample], dict[str, TraceSu
         summ = {str(k): TraceSummary.from_dict(v) for k, v in doc["summaries"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ReferenceFeaturesError(f"{path}: damaged sample or summary: {e!r}") from e
-    names = set(FEATURE_NAMES)
+    if doc.get("quic_features", list(QUIC_FEATURES)) != list(QUIC_FEATURES):
+        raise ReferenceFeaturesError(f"{path}: its QUIC traces carry other features than this code computes")
     for k, v in summ.items():
-        if v.usable and set(v.features) != names:
+        if v.usable and set(v.features) != set(feature_names(v.transport)):
             raise ReferenceFeaturesError(f"{path}: summary of {k} does not hold one value per feature")
     missing = sorted({p for s in samples for p in (*s.paths, *s.truth)} - set(summ))
     if missing:
@@ -255,7 +257,8 @@ def fit_estimators(
         keep = [i for i, m in enumerate(X) if any(t.usable for t in m)]
         if not keep:
             continue
-        ests[transport] = CCAClassifier(families=FAMILY, **(params or {})).fit(
+        kw = {"features": feature_names(transport), **(params or {})}
+        ests[transport] = CCAClassifier(families=FAMILY, **kw).fit(
             [X[i] for i in keep], [mine[i].label for i in keep], [mine[i].group for i in keep]
         )
         counts[transport] = {"train_measurements": len(keep), "train_unusable": len(mine) - len(keep)}

@@ -7,9 +7,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ccscope.classifier.model import Model
+from ccscope.classifier.summary import FEATURE_NAMES, QUIC_FEATURES
 from ccscope.classifier.train import (
     ReferenceFeaturesError,
     load_reference_features,
@@ -19,6 +21,7 @@ from tests.classifier.conftest import cli, load
 
 TCP = {"cubic": "cubic", "reno": "reno/dctcp", "bbr": "bbr"}
 QUIC = {"cubic": "quiche:cubic", "reno": "aioquic:reno", "bbr2": "quiche:bbr2"}
+SCID = {"quiche": 20, "aioquic": 8}
 
 
 def _root(root: Path, classes: dict[str, str], transport: str, draws: int = 3) -> None:
@@ -35,7 +38,10 @@ def _root(root: Path, classes: dict[str, str], transport: str, draws: int = 3) -
             for p in "AB":
                 t = load(cca, p)
                 if transport != "tcp":
-                    t = replace(t, flow=replace(t.flow, transport=transport))
+                    sp = {"scid_len": SCID[label.split(":")[0]], "ack_only_share": 0.01, "guess": None}
+                    t = replace(
+                        t, flow=replace(t.flow, transport=transport), extra={"quic": {"stack_print": sp}}
+                    )
                 slots[p] = {"sender_trace": str(t.save(out / f"{p}.sender.trace.json"))}
             lines.append({"key": f"{draw_id}/{label}/run0", "draw_id": draw_id, "cca": label, "label": label,
                           "transport": transport, "split": split, "space": "full", "run": 0,
@@ -59,6 +65,9 @@ def test_one_model_from_a_tcp_and_a_quic_root(tmp_path: Path) -> None:
     assert list(model.for_transport("quic").classes_) == sorted(QUIC.values())
     assert list(model.for_transport("tcp").classes_) == sorted(TCP.values())
     assert model.training["fitted"]["quic"]["train_measurements"] == 3 * len(QUIC)
+    # the QUIC estimator reads the stack's fingerprint beside the shape; the TCP one does not
+    assert model.for_transport("quic").features == (*FEATURE_NAMES, *QUIC_FEATURES)
+    assert model.for_transport("tcp").features == FEATURE_NAMES
 
     res = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert res["quic_classes"] == sorted(QUIC.values())
@@ -70,6 +79,8 @@ def test_one_model_from_a_tcp_and_a_quic_root(tmp_path: Path) -> None:
     assert {s.transport for s in samples} == {"tcp", "quic"}
     assert all(not Path(p).is_absolute() for p in summ)
     assert sum(s.set == "quic_train" for s in samples) == 3 * len(QUIC)
+    q = next(summ[p] for s in samples if s.label == "aioquic:reno" for p in s.paths)
+    assert q.value("quic_scid_len") == 8 and np.isnan(q.value("quic_back_to_back"))
 
 
 def test_a_measurement_in_two_roots_is_refused(tmp_path: Path) -> None:
