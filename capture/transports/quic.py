@@ -4,6 +4,8 @@ servers' own qlog."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,16 +17,36 @@ from ccscope.trace import Trace
 
 
 def client_command(req: ClientRequest) -> list[str]:
+    qlog = req.out_dir / f"{req.stem}.client.sqlog"
+    hand_to_client(qlog)
     cmd = [
         sys.executable, "-m", "ccscope.capture.quic_get", req.url,
         "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
-        "--qlog", str(req.out_dir / f"{req.stem}.client.sqlog"),
+        "--qlog", str(qlog),
     ]  # fmt: skip
     if req.lab:
         cmd.append("--lab")
     if req.cafile is not None:
         cmd += ["--cacert", str(req.cafile)]
     return cmd
+
+
+def hand_to_client(path: Path) -> None:
+    """The client runs unprivileged (capture/shell.py: the `ccscope` user, else `nobody`) and may
+    not create files in the measurement's directory: this one file, made here and given to that
+    user, is all it may write (its qlog, the estimator's best input). Not root: nothing to do."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # never a previous run's log
+    path.touch(mode=0o600)
+    if os.geteuid() != 0:
+        return
+    for name in ("ccscope", "nobody"):
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+        return
 
 
 def pick_flow(traces: list[Trace], local_port: int) -> Trace:
