@@ -189,7 +189,7 @@ def summarise(rows: list[dict[str, Any]], verdicts: dict[str, list[str]]) -> dic
 QUIC_ROOT = Path("/var/tmp/ccscope-draws-quic")
 RECALL_TARGET = {"mean": 0.95, "min": 0.90}
 RECALL_SETS = ("quic_heldout_runs", "quic_unseen")
-PRED_KEYS = ("key", "set", "label", "pred", "confidence", "fingerprint", "reason")
+PRED_KEYS = ("key", "set", "label", "pred", "top1", "confidence", "fingerprint", "reason")
 
 
 def _share(k: int, n: int) -> float | None:
@@ -242,6 +242,8 @@ def recall_rows(preds: list[dict[str, Any]], labels: list[str]) -> dict[str, Any
                 "ci": wilson(k, len(rr)),
                 # the CCA right whatever stack was named (the window's shape alone could say this)
                 "cca_recall": _share(sum(r["pred"].split(":")[-1] == row["cca"] for r in rr), len(rr)),
+                # the forest's most likely class before the Unknown rules and the gate
+                "top1_recall": _share(sum(r["top1"] == label for r in rr), len(rr)),
                 "predicted": {p: sum(r["pred"] == p for r in rr) for p in sorted({r["pred"] for r in rr})},
             }
         rows.append(row)
@@ -292,13 +294,16 @@ def cv_recall(samples: list[Any], summ: dict[str, Any], folds: int = 5) -> dict[
         test = [s for s in train if s.group in test_groups]
         preds += predict_rows(Model(f"cv{f}", {"quic": est}), test, summ)
     labels = sorted({s.label for s in train})
-    per = {}
+    per, top1 = {}, {}
     for label in labels:
         rr = [r for r in preds if r["label"] == label]
-        per[label] = round(sum(r["pred"] == label for r in rr) / len(rr), 3) if rr else None
+        per[label] = _share(sum(r["pred"] == label for r in rr), len(rr))
+        top1[label] = _share(sum(r["top1"] == label for r in rr), len(rr))
     v = [x for x in per.values() if x is not None]
-    return {"folds": folds, "measurements": len(preds), "per_class": per,
-            "mean": round(statistics.mean(v), 3) if v else None, "min": min(v) if v else None}  # fmt: skip
+    t = [x for x in top1.values() if x is not None]
+    return {"folds": folds, "measurements": len(preds), "per_class": per, "per_class_top1": top1,
+            "mean": round(statistics.mean(v), 3) if v else None, "min": min(v) if v else None,
+            "mean_top1": round(statistics.mean(t), 3) if t else None}  # fmt: skip
 
 
 def quic_recall(root: Path, model_path: Path | None) -> dict[str, Any]:
@@ -320,8 +325,8 @@ def quic_recall(root: Path, model_path: Path | None) -> dict[str, Any]:
         preds += rows
         if rows:
             sc = score(rows, labels)
-            keep = ("measurements", "mean_recall", "mean_recall_ci", "right_rate", "unknown_rate",
-                    "insufficient_rate", "wrong_rate")  # fmt: skip
+            keep = ("measurements", "mean_recall", "mean_recall_ci", "mean_recall_top1", "right_rate",
+                    "unknown_rate", "insufficient_rate", "wrong_rate")  # fmt: skip
             by_set[name.removeprefix("quic_")] = {k: sc[k] for k in keep}
     rec = recall_rows(preds, labels)
     sets = {k: sum(s.set == k for s in samples) for k in sorted({s.set for s in samples})}
