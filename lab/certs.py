@@ -39,12 +39,12 @@ class CertPaths:
     key: Path
 
 
-def cert_paths(directory: Path) -> CertPaths:
+def cert_paths(directory: Path, leaf: str = "server") -> CertPaths:
     return CertPaths(
         ca_cert=directory / "ca.pem",
         ca_key=directory / "ca.key",
-        cert=directory / "server.pem",
-        key=directory / "server.key",
+        cert=directory / f"{leaf}.pem",
+        key=directory / f"{leaf}.key",
     )
 
 
@@ -135,6 +135,8 @@ def _leaf_ok(p: CertPaths, ca: x509.Certificate, dns: list[str], ips: list[str])
     leaf = chain[0]
     if leaf.issuer != ca.subject or leaf.not_valid_after_utc - _now() < RENEW_BEFORE:
         return False
+    if chain[1:2] != [ca]:  # signed by an earlier CA of the same name (one leaf renewed, not this)
+        return False
     try:
         san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -144,9 +146,10 @@ def _leaf_ok(p: CertPaths, ca: x509.Certificate, dns: list[str], ips: list[str])
     return set(dns) <= have_dns and set(ips) <= have_ip
 
 
-def ensure_certs(directory: Path, dns_names: list[str], ips: list[str]) -> CertPaths:
-    """CA + server certificate covering `dns_names` and `ips`, reusing what is still valid."""
-    p = cert_paths(directory)
+def ensure_certs(directory: Path, dns_names: list[str], ips: list[str], *, leaf: str = "server") -> CertPaths:
+    """CA + server certificate covering `dns_names` and `ips`, reusing what is still valid;
+    `leaf` names a further certificate from the same CA (`<leaf>.pem`, `<leaf>.key`)."""
+    p = cert_paths(directory, leaf)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         loaded = _load_ca(p)

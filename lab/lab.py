@@ -401,8 +401,11 @@ class Lab:
         if quic:
             from ccscope.lab.quic import lab as quic_lab
 
+            # The QUIC stacks' own leaf names hosts only: BoringSSL (quiche's client) refuses a
+            # leaf with an IP address under the CA's IP name constraint, even one inside it.
+            qcert = ensure_certs(self.cert_dir, names, [], leaf="quic")
             qcfg = quic_lab.write_config(self.dir / "quic.json", quic, instance=params.instance,
-                                         cert=str(certs.cert), key=str(certs.key),
+                                         cert=str(qcert.cert), key=str(qcert.key),
                                          groundtruth_dir=self.gt_dir, large=params.large_bytes)  # fmt: skip
             server_cmd = quic_lab.wrap(qcfg, server_cmd)
         tables_before = _nft_tables()
