@@ -268,6 +268,7 @@ def stack_family(preds: list[dict[str, Any]]) -> dict[str, Any]:
             "n": len(rr),
             "label_stack_right": _share(sum(r["pred"].split(":")[0] == stack for r in named), len(named)),
             "label_named": len(named),
+            "top1_stack_right": _share(sum(r["top1"].split(":")[0] == stack for r in rr), len(rr)),
             "fingerprint_right": _share(sum(r["fingerprint"] == stack for r in fp), len(fp)),
             "fingerprinted": len(fp),
         }
