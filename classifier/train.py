@@ -226,7 +226,12 @@ def fit_model(
         if not keep:
             continue
         ests[transport] = CCAClassifier(families=FAMILY, **(params or {})).fit(
-            [X[i] for i in keep], [mine[i].label for i in keep], [mine[i].group for i in keep]
+            [X[i] for i in keep],
+            [mine[i].label for i in keep],
+            [mine[i].group for i in keep],
+            # the rules are calibrated on whole downloads, what verdicts are given for; the
+            # prefixes only train the trees
+            calibrate=[HEAD_MARK not in mine[i].key for i in keep],
         )
         counts[transport] = {"train_measurements": len(keep), "train_unusable": len(mine) - len(keep)}
     if "tcp" not in ests:
