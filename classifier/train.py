@@ -643,8 +643,10 @@ def reference_data(
     `shipped_fallback`) the shipped DEFAULT_FEATURES."""
     if features is None:
         samples, skipped = load_samples(root)
-        for s in skipped:
-            log(f"left out: {s}")
+        for s in skipped[:3]:
+            log(f"left out: {s[:300]}")
+        if len(skipped) > 3:
+            log(f"... {len(skipped)} measurements left out in all (failed or without traces)")
         if samples:
             paths = [p for s in samples for p in (*s.paths, *s.truth)]
             summ = summaries_for(paths, root, workers=workers, progress=_progress("summarising"))
