@@ -199,6 +199,7 @@ def main() -> int:
             print(f"factor {g}: recall {row['recall']} (control {row['control_same_size']['recall']})",
                   file=sys.stderr)  # fmt: skip
     out["factor_out"] = rows_fo
+    out["factor_out_trees"] = args.trees or model.estimator.n_trees
     ok = [r["recall"] for r in rows_fo if r.get("recall") is not None]
     out["factor_out_lowest"] = min(ok) if ok else None
 
