@@ -27,7 +27,7 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,9 @@ def summary_code_digest() -> str:
 
 def _summarise_path(path: str) -> dict[str, Any]:
     try:
-        return summarise(Trace.load(path)).to_dict()
+        file, _, frac = path.partition(HEAD_MARK)
+        tr = Trace.load(file)
+        return summarise(tr.head(tr.duration * float(frac)) if frac else tr).to_dict()
     except Exception as e:  # a broken trace is reported as such, never trained on silently
         return TraceSummary({}, f"unreadable trace: {type(e).__name__}: {e}").to_dict()
 
@@ -259,7 +261,12 @@ def fit_estimators(
             continue
         kw = {"features": feature_names(transport), **(params or {})}
         ests[transport] = CCAClassifier(families=FAMILY, **kw).fit(
-            [X[i] for i in keep], [mine[i].label for i in keep], [mine[i].group for i in keep]
+            [X[i] for i in keep],
+            [mine[i].label for i in keep],
+            [mine[i].group for i in keep],
+            # the rules are calibrated on whole downloads, what verdicts are given for; the
+            # prefixes only train the trees
+            calibrate=[HEAD_MARK not in mine[i].key for i in keep],
         )
         counts[transport] = {"train_measurements": len(keep), "train_unusable": len(mine) - len(keep)}
     return ests, counts
@@ -568,6 +575,31 @@ def sample_set(rec: dict[str, Any]) -> str:
     return str(split)
 
 
+# Every training measurement also trains as its first half and first three quarters: a census
+# trace can stop anywhere (a short object, adaptive stopping), and a prefix is a real trace of
+# the same CCA on the same path, only with fewer cycles. A prefix's path is `FILE#head=F`;
+# prefixes share their measurement's draw, so they never calibrate each other.
+PREFIXES = (0.5, 0.75)
+HEAD_MARK = "#head="
+
+
+def with_prefixes(samples: Sequence[Sample], fractions: Sequence[float] = PREFIXES) -> list[Sample]:
+    out = list(samples)
+    for s in samples:
+        if s.set not in ("train", "quic_train"):
+            continue
+        for f in fractions:
+            out.append(
+                replace(
+                    s,
+                    key=f"{s.key}{HEAD_MARK}{f}",
+                    paths=tuple(f"{p}{HEAD_MARK}{f}" for p in s.paths),
+                    truth=tuple(f"{p}{HEAD_MARK}{f}" for p in s.truth),
+                )
+            )
+    return out
+
+
 def load_samples(root: Path) -> tuple[list[Sample], list[str]]:
     """Every collected measurement under `root` (its index.jsonl, the last line per job) as a
     Sample, and a line per job left out with the reason (failed jobs, missing files): a broken
@@ -613,7 +645,7 @@ def load_samples(root: Path) -> tuple[list[Sample], list[str]]:
                 transport=str(rec.get("transport") or "tcp"),
             )
         )
-    return out, skipped
+    return with_prefixes(out), skipped
 
 
 def draw_factors(draw: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
@@ -661,8 +693,10 @@ def reference_data(
         summ: dict[str, TraceSummary] = {}
         for r in _roots(root):
             mine, skipped = load_samples(r)
-            for s in skipped:
-                log(f"left out: {s}")
+            for s in skipped[:3]:
+                log(f"left out: {s[:300]}")
+            if len(skipped) > 3:
+                log(f"... {len(skipped)} measurements left out in all under {r} (failed or without traces)")
             paths = [p for s in mine for p in (*s.paths, *s.truth)]
             if paths:
                 summ |= summaries_for(paths, r, workers=workers, progress=_progress(f"summarising {r}"))
@@ -709,8 +743,13 @@ def train_and_eval(
         )
     meta = {
         "reference_measurements": len(samples),
-        "sets": {k: sum(1 for s in samples if s.set == k) for k in sorted({s.set for s in samples})},
+        # measurements per set (a training measurement's prefixes are not counted again)
+        "sets": {
+            k: sum(1 for s in samples if s.set == k and HEAD_MARK not in s.key)
+            for k in sorted({s.set for s in samples})
+        },
         "alignment": "sender",
+        "prefixes": list(PREFIXES),
     }
     model = fit_model(train, summ, meta)
     path = None

@@ -135,8 +135,6 @@ def _leaf_ok(p: CertPaths, ca: x509.Certificate, dns: list[str], ips: list[str])
     leaf = chain[0]
     if leaf.issuer != ca.subject or leaf.not_valid_after_utc - _now() < RENEW_BEFORE:
         return False
-    if chain[1:2] != [ca]:  # signed by an earlier CA of the same name (one leaf renewed, not this)
-        return False
     try:
         san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -146,9 +144,9 @@ def _leaf_ok(p: CertPaths, ca: x509.Certificate, dns: list[str], ips: list[str])
     return set(dns) <= have_dns and set(ips) <= have_ip
 
 
-def ensure_certs(directory: Path, dns_names: list[str], ips: list[str], *, leaf: str = "server") -> CertPaths:
-    """CA + server certificate covering `dns_names` and `ips`, reusing what is still valid;
-    `leaf` names a further certificate from the same CA (`<leaf>.pem`, `<leaf>.key`)."""
+def ensure_certs(directory: Path, dns_names: list[str], ips: list[str], leaf: str = "server") -> CertPaths:
+    """CA + a server certificate (`leaf`: its file name) covering `dns_names` and `ips`, reusing
+    what is still valid. Several leaves share the one CA."""
     p = cert_paths(directory, leaf)
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,8 @@ def recall_row(rows: list[dict[str, Any]], classes: list[str]) -> dict[str, Any]
         "measurements": s["measurements"],
         "recall": s["mean_recall"],
         "ci": s["mean_recall_ci"],
+        # the forest's most likely class before the Unknown rules: what the traces tell apart
+        "recall_top1": s["mean_recall_top1"],
         "unknown_rate": s["unknown_rate"],
         "wrong_rate": s["wrong_rate"],
         "insufficient_rate": s["insufficient_rate"],
@@ -73,12 +75,14 @@ def main() -> int:
     from ccscope.classifier.model import Model
     from ccscope.classifier.train import (
         DEFAULT_ROOT,
+        HEAD_MARK,
         evaluate,
         fit_model,
         predict_rows,
         reference_data,
         score,
         wilson,
+        with_prefixes,
         write_eval,
     )
 
@@ -100,7 +104,10 @@ def main() -> int:
     out: dict[str, Any] = {
         "model": model.version,
         "input": f"shipped summaries ({source.name})" if source else f"traces under {args.root}",
-        "sets": {k: sum(1 for s in samples if s.set == k) for k in sorted({s.set for s in samples})},
+        "sets": {
+            k: sum(1 for s in samples if s.set == k and HEAD_MARK not in s.key)
+            for k in sorted({s.set for s in samples})
+        },
     }
     classes = model.classes
     res = evaluate(model, samples, summ)
@@ -118,6 +125,7 @@ def main() -> int:
             "insufficient_unseen_ci": u.get("insufficient_ci"),
             "per_class_unseen": u.get("per_class"),
             "recall_naive_bayes_unseen": u.get("mean_recall_naive_bayes"),
+            "recall_top1_unseen": u.get("mean_recall_top1"),
         }
     )
     per = u.get("per_class") or {}
@@ -147,6 +155,7 @@ def main() -> int:
         orows = predict_rows(oracle, [s for s in unseen if s.truth], summ, truth=True)
         o = score(orows, oracle.classes)
         out["recall_oracle_unseen"] = o["mean_recall"]
+        out["recall_oracle_unseen_top1"] = o["mean_recall_top1"]
         out["recall_oracle_unseen_ci"] = o["mean_recall_ci"]
         out["oracle_detail"] = {
             k: o[k] for k in ("measurements", "unknown_rate", "wrong_rate", "insufficient_rate")
@@ -162,14 +171,16 @@ def main() -> int:
         params = {"n_trees": args.trees} if args.trees else {}
         rng = np.random.default_rng(20261125)
         for g in GROUPS:
-            sub = [s for s in train if g in s.factors.get("fixed", [])]
+            base = [s for s in train if HEAD_MARK not in s.key]
+            sub = [s for s in base if g in s.factors.get("fixed", [])]
             if len(sub) < 40:
                 rows_fo.append({"factor": g, "note": f"only {len(sub)} training draws held it mild"})
                 continue
-            m_fo = fit_model(sub, summ, {"factor_out": g}, params=params)
+            m_fo = fit_model(with_prefixes(sub), summ, {"factor_out": g}, params=params)
             pr = predict_rows(m_fo, unseen, summ)
-            ctrl_idx = rng.choice(len(train), size=len(sub), replace=False)
-            m_ctrl = fit_model([train[i] for i in sorted(ctrl_idx)], summ, {"control": g}, params=params)
+            ctrl_idx = rng.choice(len(base), size=len(sub), replace=False)
+            ctrl = with_prefixes([base[i] for i in sorted(ctrl_idx)])
+            m_ctrl = fit_model(ctrl, summ, {"control": g}, params=params)
             pc = predict_rows(m_ctrl, unseen, summ)
             act = [r for r in pr if active(g, r["factors"])]
             act_c = [r for r in pc if active(g, r["factors"])]
@@ -188,6 +199,7 @@ def main() -> int:
             print(f"factor {g}: recall {row['recall']} (control {row['control_same_size']['recall']})",
                   file=sys.stderr)  # fmt: skip
     out["factor_out"] = rows_fo
+    out["factor_out_trees"] = args.trees or model.estimator.n_trees
     ok = [r["recall"] for r in rows_fo if r.get("recall") is not None]
     out["factor_out_lowest"] = min(ok) if ok else None
 
