@@ -280,7 +280,7 @@ def cv_recall(samples: list[Any], summ: dict[str, Any], folds: int = 5) -> dict[
     measurements per class than the held-out sets, each on a path its model never saw."""
     from ccscope.classifier.estimator import CCAClassifier
     from ccscope.classifier.model import Model
-    from ccscope.classifier.train import fit_estimators, predict_rows
+    from ccscope.classifier.train import HEAD_MARK, fit_estimators, predict_rows
 
     train = sorted((s for s in samples if s.set == "quic_train"), key=lambda s: s.key)
     groups = sorted({s.group for s in train})
@@ -292,7 +292,7 @@ def cv_recall(samples: list[Any], summ: dict[str, Any], folds: int = 5) -> dict[
         if "quic" not in ests:
             continue
         est = CCAClassifier.from_dict(json.loads(json.dumps(ests["quic"].to_dict())))
-        test = [s for s in train if s.group in test_groups]
+        test = [s for s in train if s.group in test_groups and HEAD_MARK not in s.key]  # whole downloads
         preds += predict_rows(Model(f"cv{f}", {"quic": est}), test, summ)
     labels = sorted({s.label for s in train})
     per, top1 = {}, {}
@@ -308,7 +308,7 @@ def cv_recall(samples: list[Any], summ: dict[str, Any], folds: int = 5) -> dict[
 
 
 def quic_recall(root: Path, model_path: Path | None) -> dict[str, Any]:
-    from ccscope.classifier.train import predict_rows, reference_data, score
+    from ccscope.classifier.train import HEAD_MARK, predict_rows, reference_data, score
 
     samples, summ, _src = reference_data(root)
     samples = [s for s in samples if s.transport == "quic"]
@@ -330,7 +330,8 @@ def quic_recall(root: Path, model_path: Path | None) -> dict[str, Any]:
                     "unknown_rate", "insufficient_rate", "wrong_rate")  # fmt: skip
             by_set[name.removeprefix("quic_")] = {k: sc[k] for k in keep}
     rec = recall_rows(preds, labels)
-    sets = {k: sum(s.set == k for s in samples) for k in sorted({s.set for s in samples})}
+    whole = [s for s in samples if HEAD_MARK not in s.key]  # not the training prefixes
+    sets = {k: sum(s.set == k for s in whole) for k in sorted({s.set for s in whole})}
     return {
         "what": "the classifier's QUIC classes (stack:cca) on the QUIC reference collection: held-out "
         "runs (a trained path, a new run) and unseen random path draws; right = the stack and CCA named",
