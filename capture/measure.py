@@ -3,7 +3,9 @@
 For every profile: a fresh shell (bottleneck + delay + capture at its outer edge) runs the
 fetch client; the capture becomes per-flow bytes-in-flight traces; the download's own flow
 (matched by its client port) is kept, saved next to its pcap and stats. Profiles run one after
-another by default, as the published method does, so the server sees one connection at a time.
+another by default, as the published method does, so the server sees one connection at a time;
+`concurrent=True` runs them side by side, each in its own shell (bench/scale checks that the two
+do not disturb each other on the lab path).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,9 +234,12 @@ def measure(
     access: Sequence[str] = (),
     seed: int | None = None,
     on_profile: Callable[[str, int, int], AbstractContextManager[object]] | None = None,
+    concurrent: bool = False,
 ) -> Measurement:
-    """Download `url` through each profile in turn. `on_profile(name, i, n)`, when given, is a
-    context manager entered around profile i of n (progress display)."""
+    """Download `url` through each profile in turn, or, with `concurrent`, through all of them
+    at once (one shell and one connection per profile; the time to a verdict is the longest
+    profile's, not the sum). `on_profile(name, i, n)`, when given, is a context manager entered
+    around profile i of n (progress display); concurrent profiles enter theirs together."""
     lab = lab_mode_enabled(lab)
     if not lab:
         # Vet the target up front for a clear refusal; fetch vets it again inside the shell.
@@ -243,24 +249,30 @@ def measure(
     out = Path(out_dir) if out_dir else Path("runs") / time.strftime("%Y%m%dT%H%M%S") / run_id
     out.mkdir(parents=True, exist_ok=True)
     m = Measurement(url=url, run_id=run_id, out_dir=str(out), lab=lab, started_at=time.time())
-    for i, name in enumerate(profiles):
+
+    def one(i: int, name: str) -> ProfileRun:
         around = on_profile(name, i, len(profiles)) if on_profile else nullcontext()
         try:
             with around:
-                m.runs.append(
-                    measure_profile(
-                        url,
-                        get_profile(name),
-                        out,
-                        run_id=run_id,
-                        lab=lab,
-                        timeout=timeout,
-                        max_bytes=max_bytes,
-                        access=access,
-                        seed=seed,
-                    )
+                return measure_profile(
+                    url,
+                    get_profile(name),
+                    out,
+                    run_id=run_id,
+                    lab=lab,
+                    timeout=timeout,
+                    max_bytes=max_bytes,
+                    access=access,
+                    seed=seed,
                 )
         except CCScopeError as e:
-            m.runs.append(ProfileRun(profile=name, ok=False, error=str(e)))
+            return ProfileRun(profile=name, ok=False, error=str(e))
+
+    if concurrent and len(profiles) > 1:
+        # Each profile has its own shell, bottleneck and capture; threads only wait on them.
+        with ThreadPoolExecutor(max_workers=len(profiles), thread_name_prefix=f"measure-{run_id}") as pool:
+            m.runs.extend(pool.map(one, range(len(profiles)), profiles))
+    else:
+        m.runs.extend(one(i, name) for i, name in enumerate(profiles))
     (out / "measurement.json").write_text(json.dumps(m.to_dict(), indent=2, default=str))
     return m

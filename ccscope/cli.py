@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -71,15 +72,19 @@ def _cmd_measure(args: argparse.Namespace) -> int:
         steps.step(f"downloading through profile {name} ...")
         return ticking(f"profile {name}")
 
-    m = measure(
-        args.url,
-        profiles=profiles,
-        out_dir=Path(args.out) if args.out else None,
-        lab=args.lab,
-        timeout=args.timeout,
-        max_bytes=args.max_bytes,
-        on_profile=around,
-    )
+    # Concurrent profiles share one progress line: per-profile steps would interleave.
+    whole = ticking(f"profiles {'+'.join(profiles)} at once") if args.concurrent else nullcontext()
+    with whole:
+        m = measure(
+            args.url,
+            profiles=profiles,
+            out_dir=Path(args.out) if args.out else None,
+            lab=args.lab,
+            timeout=args.timeout,
+            max_bytes=args.max_bytes,
+            on_profile=None if args.concurrent else around,
+            concurrent=args.concurrent,
+        )
     if args.json:
         print(json.dumps(m.to_dict(), indent=2, default=str))
     else:
@@ -385,6 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=90.0, help="seconds per download (default 90)")
     p.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
+    p.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="measure the profiles at the same time, each in its own shell (default: one after another)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.set_defaults(func=_cmd_measure)
 

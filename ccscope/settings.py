@@ -73,6 +73,12 @@ class Settings(BaseSettings):
         None, description="scratch directory for downloads (default $TMPDIR/ccscope-work)"
     )
     worker_keep_pcap: bool = Field(False, description="store each profile's pcap beside its trace")
+    worker_in_netns: bool = Field(
+        False, description="set by `ccscope worker --netns` inside the vantage point's namespace"
+    )
+    worker_concurrent_profiles: bool | None = Field(
+        None, description="download a measurement's profiles at the same time (default true)"
+    )
     worker_retry_base: float = Field(5.0, gt=0, description="first retry delay of a transient failure, s")
     worker_retry_cap: float = Field(300.0, gt=0, description="longest retry delay, s")
     worker_max_retries: int = Field(30, ge=0, description="retries before a measurement fails")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ccscope.errors import CCScopeError
 from ccscope.settings import settings
+from ccscope.store.blobs import BlobError
 from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
 from ccscope.store.models import Campaign, Measurement, utcnow
 
@@ -74,6 +75,10 @@ class WorkerConfig:
     # Link options of an emulated access path around every download (lab vantage points: a
     # second "location" of the same lab is a different path to it). Empty on a real vantage.
     access: tuple[str, ...] = ()
+    # Download a measurement's profiles at the same time, each in its own shell (the time to a
+    # verdict is the slower profile's, not the sum); bench/scale checks they do not disturb
+    # each other on the lab path.
+    concurrent_profiles: bool = True
 
     @classmethod
     def from_env(cls, vantage: str, **overrides: object) -> WorkerConfig:
@@ -100,6 +105,8 @@ class WorkerConfig:
             cfg = replace(cfg, lab=True)
         if env.worker_keep_pcap:
             cfg = replace(cfg, keep_pcap=True)
+        if env.worker_concurrent_profiles is not None:
+            cfg = replace(cfg, concurrent_profiles=env.worker_concurrent_profiles)
         return replace(cfg, **overrides)  # type: ignore[arg-type]
 
 
@@ -265,6 +272,7 @@ def _measure_and_classify(
                 timeout=cfg.timeout,
                 max_bytes=cfg.max_bytes,
                 **({"access": cfg.access} if cfg.access else {}),
+                **({"concurrent": True} if cfg.concurrent_profiles else {}),
             )
         except CCScopeError as e:
             return _after_error(store, mid, str(e))
@@ -283,13 +291,20 @@ def _measure_and_classify(
         errors = [f"{r.profile}: {r.error}" for r in runs if r.error]
         if not files:
             return _after_error(store, mid, "; ".join(errors) or "the download left no trace")
-        for r, path in files:
-            store.add_trace(mid, Path(path).read_bytes(), profile=r.profile)
-        if cfg.keep_pcap:
-            for r, _ in files:
-                pcap = Path(r.pcap_file) if getattr(r, "pcap_file", None) else None
-                if pcap is not None and pcap.exists():
-                    store.add_trace(mid, pcap.read_bytes(), profile=r.profile, media_type=PCAP_MEDIA_TYPE)
+        try:
+            for r, path in files:
+                store.add_trace(mid, Path(path).read_bytes(), profile=r.profile)
+            if cfg.keep_pcap:
+                for r, _ in files:
+                    pcap = Path(r.pcap_file) if getattr(r, "pcap_file", None) else None
+                    if pcap is not None and pcap.exists():
+                        store.add_trace(mid, pcap.read_bytes(), profile=r.profile, media_type=PCAP_MEDIA_TYPE)
+        except (BlobError, OSError) as e:
+            # The trace store is full or away (a disk, a bucket): the site is not to blame. The
+            # row goes back to the queue, so the retries measure it again once traces fit.
+            with contextlib.suppress(IllegalTransition):
+                store.transition(mid, "queued")
+            raise Transient(f"the trace store cannot take this measurement's traces: {e}") from None
     finally:
         if not cfg.keep_files:
             shutil.rmtree(out, ignore_errors=True)
