@@ -32,11 +32,13 @@ from ccscope.workers.tasks import (
     plan_campaign,
     queued_ids,
     run_measurement,
+    shortfall,
 )
 
 log = logging.getLogger("ccscope.workers")
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+CONTROL_QUEUE = "ccscope.control"  # campaign planning and sweeps, consumed by `worker --control`
 
 
 def queue_name(vantage: str) -> str:
@@ -116,12 +118,15 @@ def plan_campaign_task(campaign_id: int, slot: str | None = None) -> dict[str, A
     if slot is None:
         slot = cron_slot(store.get_campaign(campaign_id).schedule)
     planned = plan_campaign(store, campaign_id, slot)
+    c = store.get_campaign(campaign_id)
+    short = shortfall(c.top_n, len(store.top_sites(c.site_list.id, c.top_n)), c.site_list.name)
     sent = 0
     for vantage, ids in queued_ids(planned).items():
         for mid in ids:
             dispatch(mid, vantage)
             sent += 1
-    return {"campaign_id": campaign_id, "slot": slot, "planned": len(planned), "dispatched": sent}
+    out = {"campaign_id": campaign_id, "slot": slot, "planned": len(planned), "dispatched": sent}
+    return out | ({"warning": short} if short else {})
 
 
 @app.task(name="ccscope.requeue_stale")

@@ -341,6 +341,9 @@ def plan_campaign(store: Store, campaign_id: int, slot: str) -> list[Planned]:
     returns the same rows (the idempotency key includes the slot). Opted-out sites are skipped."""
     c: Campaign = store.get_campaign(campaign_id)
     domains = store.top_sites(c.site_list.id, c.top_n)
+    short = shortfall(c.top_n, len(domains), c.site_list.name)
+    if short:
+        log.warning("campaign %s: %s", campaign_id, short)
     out: list[Planned] = []
     for v in c.vantages:
         for domain in domains:
@@ -354,6 +357,13 @@ def plan_campaign(store: Store, campaign_id: int, slot: str) -> list[Planned]:
                         continue
                     out.append(Planned(m.id, v.name, created, m.state))
     return out
+
+
+def shortfall(top_n: int, available: int, list_name: str) -> str | None:
+    """What a campaign larger than its list gets instead, said once (None: nothing short)."""
+    if available >= top_n:
+        return None
+    return f"asks for the top {top_n} sites of list {list_name!r}, which has {available}: planning those"
 
 
 def cron_slot(schedule: str, now: dt.datetime | None = None) -> str:
@@ -401,4 +411,5 @@ __all__ = [
     "plan_campaign",
     "queued_ids",
     "run_measurement",
+    "shortfall",
 ]
