@@ -9,6 +9,7 @@ visibility timeout) and in the store's state machine; the worker only has to com
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import subprocess
 import sys
@@ -17,6 +18,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from ccscope.errors import EXIT_INTERRUPTED
+
+PR_SET_PDEATHSIG = 1
+# Loaded before any fork: the child between fork and exec may only make the call.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_parent() -> None:
+    # A supervisor that is killed (its vantage shell torn down, a SIGKILL) must not leave the
+    # worker running on, orphaned, in a namespace nobody owns any more.
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class Child:
@@ -37,6 +48,7 @@ class Child:
             stderr=subprocess.PIPE if on_stderr else None,
             text=True,
             errors="replace",
+            preexec_fn=_die_with_parent,
         )
         relay = None
         if on_stderr is not None:
