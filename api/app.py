@@ -47,7 +47,7 @@ from ccscope.store import Conflict, IllegalTransition, NotFound, OptedOut, Store
 from ccscope.store.blobs import BlobError
 from ccscope.store.core import VerdictView, aware
 from ccscope.store.models import Campaign, Measurement
-from ccscope.targets import lab_mode_enabled, parse_url, resolve_target
+from ccscope.targets import TargetPolicy, lab_mode_enabled, parse_url
 
 log = logging.getLogger("ccscope.api")
 DOMAIN_PATTERN = (
@@ -135,15 +135,18 @@ def create_app(
     token: str | None = None,
     lab: bool | None = None,
     robots: Callable[[str], RobotsAnswer] | None = None,
+    target_policy: TargetPolicy | None = None,
 ) -> FastAPI:
     """The app over `store` (default: Store() from the environment). `token` defaults to
-    CCSCOPE_API_TOKEN; without one every write is refused. `lab` (or CCSCOPE_LAB=1) allows
-    private and loopback targets. `robots(url)` decides whether a queued URL may be fetched
-    (default: its site's robots.txt, fetched through the vetting client)."""
+    CCSCOPE_API_TOKEN; without one every write is refused. `lab` (or CCSCOPE_LAB=1) adds the
+    lab's own prefixes to the public addresses a target may resolve to; `target_policy` says
+    exactly which. `robots(url)` decides whether a queued URL may be fetched (default: its
+    site's robots.txt, fetched through the vetting client under the same policy)."""
     st = store or Store()
     api_token = token if token is not None else settings().api_token
     lab_mode = lab_mode_enabled(bool(lab)) if lab is not False else False
-    robots_check = robots or (lambda url: check_url(url, lab=lab_mode, timeout=ROBOTS_TIMEOUT))
+    policy = target_policy or (TargetPolicy.for_lab() if lab_mode else TargetPolicy.public())
+    robots_check = robots or (lambda url: check_url(url, policy=policy, timeout=ROBOTS_TIMEOUT))
     app = FastAPI(
         title="ccscope",
         version=__version__,
@@ -372,7 +375,7 @@ def create_app(
         url = body.target if given else f"https://{body.target}/"
         _scheme, host, _port, _path = parse_url(url)
         domain = normalize_domain(host)
-        resolve_target(url, lab=lab_mode)
+        policy.resolve(url)
         if st.is_opted_out(domain):
             raise OptedOut(f"{domain} has opted out of measurement")
         answer = robots_check(url)

@@ -5,9 +5,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-Transport = Literal["tcp", "quic"]
+from ccscope.errors import CCScopeError
+from ccscope.profile import check_profile_choice
+from ccscope.store.core import validate_cron
+from ccscope.transports import TRANSPORTS
+
+# The catalogued transports (ccscope/transports.py) as the schema's enum.
+Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
+_N_TRANSPORTS = len(TRANSPORTS)
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 _VANTAGE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
@@ -15,6 +22,21 @@ _VANTAGE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 class Strict(BaseModel):
     # Unknown fields are an error, not silently ignored: a typo must not change what runs.
     model_config = ConfigDict(extra="forbid")
+
+
+def _cron(v: str | None) -> str | None:
+    # Refused here (a 422 naming the field and the reason), not when beat builds its schedule.
+    try:
+        return None if v is None else validate_cron(v)
+    except CCScopeError as e:
+        raise ValueError(str(e)) from None
+
+
+def _profiles(v: list[str] | None) -> list[str] | None:
+    try:
+        return None if v is None else [check_profile_choice(p) for p in v]
+    except CCScopeError as e:
+        raise ValueError(str(e)) from None
 
 
 class ErrorOut(BaseModel):
@@ -62,20 +84,26 @@ class CampaignIn(Strict):
     name: str = Field(pattern=_NAME)
     list_name: str = Field(min_length=1, max_length=100, description="name of an imported site list")
     top_n: int = Field(ge=1, le=1_000_000)
-    transports: list[Transport] = Field(min_length=1, max_length=2)
+    transports: list[Transport] = Field(min_length=1, max_length=_N_TRANSPORTS)
     profiles: list[str] = Field(default=["default"], min_length=1, max_length=20)
     vantages: list[str] = Field(min_length=1, max_length=100)
     schedule: str = Field(min_length=9, max_length=100, description="5-field cron, UTC")
     enabled: bool = True
 
+    _check_schedule = field_validator("schedule")(_cron)
+    _check_profiles = field_validator("profiles")(_profiles)
+
 
 class CampaignPatch(Strict):
     top_n: int | None = Field(default=None, ge=1, le=1_000_000)
-    transports: list[Transport] | None = Field(default=None, min_length=1, max_length=2)
+    transports: list[Transport] | None = Field(default=None, min_length=1, max_length=_N_TRANSPORTS)
     profiles: list[str] | None = Field(default=None, min_length=1, max_length=20)
     vantages: list[str] | None = Field(default=None, min_length=1, max_length=100)
     schedule: str | None = Field(default=None, min_length=9, max_length=100)
     enabled: bool | None = None
+
+    _check_schedule = field_validator("schedule")(_cron)
+    _check_profiles = field_validator("profiles")(_profiles)
 
 
 class CampaignOut(BaseModel):
@@ -106,7 +134,15 @@ class MeasurementIn(Strict):
     )
     vantage: str = Field(pattern=_VANTAGE)
     transport: Transport = "tcp"
-    profile: str = Field(default="default", pattern=_NAME)
+    profile: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$")
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, v: str) -> str:
+        try:
+            return check_profile_choice(v)
+        except CCScopeError as e:
+            raise ValueError(str(e)) from None
 
 
 class TraceOut(BaseModel):

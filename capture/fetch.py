@@ -10,6 +10,7 @@ The connection's source port is reported so the capture can be matched to this d
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import socket
 import ssl
@@ -21,7 +22,7 @@ from urllib.parse import urljoin
 
 from ccscope.errors import CCScopeError, TargetRefused
 from ccscope.identity import USER_AGENT
-from ccscope.targets import Target, resolve_target
+from ccscope.targets import Target, TargetPolicy
 
 MAX_REDIRECTS = 5
 MAX_HEADER_BYTES = 64 * 1024
@@ -41,13 +42,32 @@ class FetchResult:
     redirects: list[str] = field(default_factory=list)
     truncated: bool = False  # stopped at max_bytes or the deadline, or the body ended short
     error: str | None = None
+    # What kind of failure, for whoever decides to retry: target_refused, dns_temporary,
+    # connection_refused, timeout, unreachable, network, tls, protocol, redirects (None when
+    # there was no error).
+    error_kind: str | None = None
 
 
 class FetchError(CCScopeError):
-    pass
+    def __init__(self, message: str, kind: str = "protocol") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
-def _connect(target: Target, deadline: float, cafile: str | None) -> socket.socket:
+def os_error_kind(e: BaseException) -> str:
+    """The retry-relevant kind of a socket error."""
+    if isinstance(e, ssl.SSLError):
+        return "tls"
+    if isinstance(e, ConnectionRefusedError):
+        return "connection_refused"
+    if isinstance(e, TimeoutError):
+        return "timeout"
+    if isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        return "unreachable"
+    return "network"
+
+
+def _connect(target: Target, deadline: float, cafile: str | None, cadata: str | None = None) -> socket.socket:
     last: Exception | None = None
     for addr in target.addresses:
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
@@ -60,14 +80,16 @@ def _connect(target: Target, deadline: float, cafile: str | None) -> socket.sock
             last = e
             continue
         if target.scheme == "https":
-            ctx = ssl.create_default_context(cafile=cafile)
+            ctx = ssl.create_default_context(cafile=cafile, cadata=cadata)
             try:
                 return ctx.wrap_socket(sock, server_hostname=target.host)
             except (OSError, ssl.SSLError) as e:
                 sock.close()
-                raise FetchError(f"TLS handshake with {target.host} failed: {e}") from None
+                kind = "tls" if isinstance(e, ssl.SSLError) else os_error_kind(e)
+                raise FetchError(f"TLS handshake with {target.host} failed: {e}", kind) from None
         return sock
-    raise FetchError(f"cannot connect to {target.host}:{target.port}: {last}")
+    kind = os_error_kind(last) if last is not None else "network"
+    raise FetchError(f"cannot connect to {target.host}:{target.port}: {last}", kind)
 
 
 def _content_length(headers: dict[str, str]) -> int | None:
@@ -84,7 +106,7 @@ def _read_head(sock: socket.socket, deadline: float) -> tuple[int, dict[str, str
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         chunk = sock.recv(8192)
         if not chunk:
-            raise FetchError("connection closed before the response headers")
+            raise FetchError("connection closed before the response headers", "network")
         buf += chunk
     head, rest = buf.split(b"\r\n\r\n", 1)
     lines = head.decode("latin-1").split("\r\n")
@@ -105,19 +127,23 @@ def fetch(
     *,
     lab: bool = False,
     cafile: str | None = None,
+    cadata: str | None = None,
     timeout: float = 60.0,
     max_bytes: int = 16 * 1024 * 1024,
     run_id: str | None = None,
     user_agent: str = USER_AGENT,
+    policy: TargetPolicy | None = None,
 ) -> FetchResult:
-    """Download `url` once, following up to MAX_REDIRECTS vetted redirects."""
+    """Download `url` once, following up to MAX_REDIRECTS redirects, each hop vetted by
+    `policy` (default: lab mode's if `lab` or CCSCOPE_LAB=1, else public addresses only)."""
+    pol = policy or TargetPolicy.from_mode(lab)
     res = FetchResult(url=url)
     start = time.monotonic()
     deadline = start + timeout
     current = url
     for _ in range(MAX_REDIRECTS + 1):
-        target = resolve_target(current, lab=lab)
-        sock = _connect(target, deadline, cafile)
+        target = pol.resolve(current)
+        sock = _connect(target, deadline, cafile, cadata)
         try:
             res.remote, res.remote_port = sock.getpeername()[:2]
             res.local_port = sock.getsockname()[1]
@@ -166,14 +192,22 @@ def fetch(
             return res
         finally:
             sock.close()
-    raise FetchError(f"more than {MAX_REDIRECTS} redirects")
+    raise FetchError(f"more than {MAX_REDIRECTS} redirects", "redirects")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ccscope-fetch", description=__doc__)
     ap.add_argument("url")
-    ap.add_argument("--lab", action="store_true", help="allow lab (private) targets")
-    ap.add_argument("--cacert", help="extra CA bundle (the lab CA)")
+    ap.add_argument("--lab", action="store_true", help="also allow the lab's own prefixes (198.18.0.0/16)")
+    ap.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="also allow this network (repeatable; test servers on loopback)",
+    )
+    ap.add_argument("--cacert", help="CA bundle file to trust instead of the system's (the lab CA)")
+    ap.add_argument("--ca-pem", help="the same, as PEM text (a client that cannot read the file)")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
     ap.add_argument("--run-id")
@@ -184,16 +218,21 @@ def main(argv: list[str] | None = None) -> int:
             args.url,
             lab=args.lab,
             cafile=args.cacert,
+            cadata=args.ca_pem,
             timeout=args.timeout,
             max_bytes=args.max_bytes,
             run_id=args.run_id,
+            policy=TargetPolicy.from_mode(args.lab).widened(*args.allow),
         )
         out = asdict(r)
         code = 0 if 200 <= r.status < 300 else 4
     except TargetRefused as e:
-        out, code = asdict(FetchResult(url=args.url, error=f"refused: {e}")), 3
+        out, code = asdict(FetchResult(url=args.url, error=f"refused: {e}", error_kind=e.kind)), 3
+    except FetchError as e:
+        out, code = asdict(FetchResult(url=args.url, error=str(e), error_kind=e.kind)), 4
     except (CCScopeError, OSError, ssl.SSLError) as e:
-        out, code = asdict(FetchResult(url=args.url, error=str(e) or type(e).__name__)), 4
+        kind = os_error_kind(e) if isinstance(e, OSError) else "protocol"
+        out, code = asdict(FetchResult(url=args.url, error=str(e) or type(e).__name__, error_kind=kind)), 4
     print(json.dumps(out), flush=True)
     return code
 

@@ -1,17 +1,17 @@
 """`ccscope measure`: download one object through each standard profile and keep the traces.
 
 For every profile: a fresh shell (bottleneck + delay + capture at its outer edge) runs the
-fetch client; the capture becomes per-flow bytes-in-flight traces; the download's own flow
-(matched by its client port) is kept, saved next to its pcap and stats. Profiles run one after
-another by default, as the published method does, so the server sees one connection at a time;
-`concurrent=True` runs them side by side, each in its own shell (bench/scale checks that the two
-do not disturb each other on the lab path).
+transport's client (capture/transports: TCP's fetch.py, QUIC's quiche client); the transport
+turns the capture into the download's bytes-in-flight trace (matched by its client port), saved
+next to its pcap and stats. Profiles run one after another by default, as the published method
+does, so the server sees one connection at a time; `concurrent=True` runs them side by side,
+each in its own shell (bench/scale checks that the two do not disturb each other on the lab
+path).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ccscope.capture.shell import run_in_shell
-from ccscope.capture.tcp_bif import flows_from_pcap_aligned
+from ccscope.capture.transports import ClientRequest, client_result
 from ccscope.errors import CaptureError, CCScopeError
 from ccscope.profile import Profile, get_profile
 from ccscope.targets import lab_mode_enabled, resolve_target
-from ccscope.trace import Trace
+from ccscope.transports import get_transport
 
 
 @dataclass
@@ -46,7 +46,12 @@ class ProfileRun:
     internet_rtt_ms: float | None = None
     partial: bool = False
     error: str | None = None
-    groundtruth: dict[str, Any] | None = None  # lab mode: error against the server's TCP_INFO
+    groundtruth: dict[str, Any] | None = None  # lab mode: error against the server's own record
+    transport: str = "tcp"
+    estimator: dict[str, Any] | None = None  # what the transport's BiF estimator reports (QUIC)
+    # The failure's kind (capture.fetch's error_kind, or a CCScopeError's kind: capture, shell,
+    # lab_down...), so that the workers decide retries on it rather than on the message.
+    error_kind: str | None = None
 
 
 def bif_errors(groundtruth: dict[str, Any] | None) -> tuple[float | None, float | None, float | None]:
@@ -54,6 +59,12 @@ def bif_errors(groundtruth: dict[str, Any] | None) -> tuple[float | None, float 
     capture-aligned and sender-aligned beyond the truth's resolution, and sender-aligned strict."""
     g = groundtruth or {}
     cap, snd = g.get("capture") or {}, g.get("sender") or {}
+    if "sender_time" in g:  # QUIC: the qlog truth is exact; its error is read over time
+        return (
+            (g.get("capture_time") or {}).get("mae_pct_bdp"),
+            g["sender_time"].get("mae_pct_bdp"),
+            snd.get("mae_pct_bdp"),
+        )
     return cap.get("mae_pct_bdp_resolved"), snd.get("mae_pct_bdp_resolved"), snd.get("mae_pct_bdp")
 
 
@@ -68,6 +79,7 @@ class Measurement:
     out_dir: str
     lab: bool
     started_at: float
+    transport: str = "tcp"
     runs: list[ProfileRun] = field(default_factory=list)
 
     @property
@@ -80,41 +92,11 @@ class Measurement:
             "run_id": self.run_id,
             "out_dir": self.out_dir,
             "lab": self.lab,
+            "transport": self.transport,
             "started_at": self.started_at,
             "ok": self.ok,
             "runs": [r.__dict__ for r in self.runs],
         }
-
-
-def _fetch_cmd(
-    url: str, *, lab: bool, cafile: Path | None, run_id: str, timeout: float, max_bytes: int
-) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "ccscope.capture.fetch",
-        url,
-        "--run-id",
-        run_id,
-        "--timeout",
-        f"{timeout:g}",
-        "--max-bytes",
-        str(max_bytes),
-    ]
-    if lab:
-        cmd.append("--lab")
-    if cafile is not None:
-        cmd += ["--cacert", str(cafile)]
-    return cmd
-
-
-def _pick_flow(traces: list[Trace], local_port: int) -> Trace:
-    for t in traces:
-        if t.flow.client_port == local_port:
-            return t
-    if not traces:
-        raise CaptureError("the capture holds no TCP flow with a handshake")
-    return traces[0]  # the largest flow: the best guess when the port is unknown
 
 
 def measure_profile(
@@ -132,13 +114,21 @@ def measure_profile(
     stem: str | None = None,
     keep_pcap: bool = True,
     setup_slack: float = 15.0,
+    transport: str = "tcp",
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
     `access`: link options of an emulated access path around the profile's shell (a lab
     vantage point); `layers`: several such shells, outermost first (around `access`); the
     capture stays at the profile's bottleneck. `stem` names the files (default: the profile's
-    name); without `keep_pcap` the capture is deleted once the traces are written. `seed` seeds the shell's
-    random jitter and loss (`ccscope-link --seed`); None keeps the emulator's default."""
+    name); without `keep_pcap` the capture is deleted once the traces are written. `seed` seeds
+    the shell's random jitter and loss (`ccscope-link --seed`); None keeps the emulator's default.
+    `transport` names a catalogued transport (ccscope/transports.py); it adapts the profile
+    (QUIC needs 1280-byte packets) and supplies the client and the capture -> trace step."""
+    tr = get_transport(transport)
+    why = tr.unavailable()
+    if why:
+        return ProfileRun(profile=profile.name, ok=False, transport=transport, error=why)
+    profile = tr.adapt_profile(profile)
     hosts = cafile = None
     if lab:
         from ccscope.lab.lab import lab_ca_file, lab_hosts_file
@@ -147,12 +137,19 @@ def measure_profile(
     stem = stem or profile.name
     pcap = out_dir / f"{stem}.pcap"
     stats = out_dir / f"{stem}.stats.json"
-    run = ProfileRun(profile=profile.name, ok=False, pcap_file=str(pcap))
-    cmd = _fetch_cmd(
-        url, lab=lab, cafile=cafile, run_id=f"{run_id}-{profile.name}", timeout=timeout, max_bytes=max_bytes
+    run = ProfileRun(profile=profile.name, ok=False, pcap_file=str(pcap), transport=transport)
+    req = ClientRequest(
+        url=url,
+        run_id=f"{run_id}-{profile.name}",
+        out_dir=out_dir,
+        stem=stem,
+        lab=lab,
+        cafile=cafile,
+        timeout=timeout,
+        max_bytes=max_bytes,
     )
     sh = run_in_shell(
-        cmd,
+        tr.client_command(req),
         profile,
         pcap=pcap,
         stats=stats,
@@ -162,26 +159,32 @@ def measure_profile(
         layers=layers,
         timeout=timeout + setup_slack,
     )
-    try:
-        run.fetch = json.loads(sh.stdout.strip().splitlines()[-1]) if sh.stdout.strip() else {}
-    except ValueError:
-        run.fetch = {}
+    run.fetch = client_result(sh.stdout)
     fetch_failed = sh.returncode != 0
     if fetch_failed:
         run.error = run.fetch.get("error") or sh.stderr.strip()[-300:] or f"exit {sh.returncode}"
+        run.error_kind = run.fetch.get("error_kind") or ("timeout" if sh.timed_out else "shell")
     if not pcap.exists():
-        run.error = run.error or "no capture was written"
+        if run.error is None:
+            run.error, run.error_kind = "no capture was written", CaptureError.kind
         return run
     try:
-        both = flows_from_pcap_aligned(pcap, ("capture", "sender"), object_url=url, profile=profile)
-        cap = both["capture"]
-        flow = _pick_flow(cap.traces, int(run.fetch.get("local_port") or 0))
+        got = tr.flows(
+            pcap,
+            fetch=run.fetch,
+            object_url=url,
+            profile=profile,
+            out_dir=out_dir,
+            stem=stem,
+            link_stats=sh.stats,
+        )
     except CaptureError as e:
-        run.error = run.error or str(e)
+        if run.error is None:
+            run.error, run.error_kind = str(e), e.kind
         return run
-    sender = _pick_flow(both["sender"].traces, flow.flow.client_port)
+    flow, sender = got.capture, got.sender
     # A download that failed or was cut short still leaves a usable, clearly marked trace.
-    partial = fetch_failed or cap.partial or bool(run.fetch.get("truncated"))
+    partial = fetch_failed or got.partial or bool(run.fetch.get("truncated"))
     for t in (flow, sender):
         t.partial = partial
         t.extra.update({"run_id": run_id, "fetch": run.fetch, "link_stats": sh.stats})
@@ -196,31 +199,15 @@ def measure_profile(
     run.retransmits = len(flow.events.get("retransmit", []))
     run.base_rtt_ms = flow.base_rtt_ms
     run.internet_rtt_ms = flow.internet_rtt_ms
-    if lab:
-        run.groundtruth = _compare_with_groundtruth(flow, sender, profile, f"{run_id}-{profile.name}")
+    run.estimator = got.info or None
+    if lab and tr.groundtruth is not None:
+        run.groundtruth = tr.groundtruth(
+            flow, sender, profile, f"{run_id}-{profile.name}", out_dir=out_dir, stem=stem, fetch=run.fetch
+        )
     if not keep_pcap:
         pcap.unlink(missing_ok=True)
         run.pcap_file = None
     return run
-
-
-def _compare_with_groundtruth(
-    flow: Trace, sender: Trace, profile: Profile, run_id: str
-) -> dict[str, Any] | None:
-    from ccscope.lab.groundtruth import compare_bif, compare_pipe, find_groundtruth
-
-    truth = find_groundtruth(run_id=run_id, trace=flow, wait_s=5.0)
-    if truth is None:
-        return None
-    bdp = profile.bdp_bytes(flow.internet_rtt_ms or 0.0) or 1.0
-    out = {
-        "cca": truth.extra.get("cca"),
-        "capture": compare_bif(flow, truth, bdp_bytes=bdp),
-        "sender": compare_bif(sender, truth, bdp_bytes=bdp),
-    }
-    if "sacked" in sender.columns:  # with SACK the pipe is measured too: score it
-        out["sender_pipe"] = compare_pipe(sender, truth, bdp_bytes=bdp)
-    return out
 
 
 def measure(
@@ -235,11 +222,14 @@ def measure(
     seed: int | None = None,
     on_profile: Callable[[str, int, int], AbstractContextManager[object]] | None = None,
     concurrent: bool = False,
+    transport: str = "tcp",
 ) -> Measurement:
     """Download `url` through each profile in turn, or, with `concurrent`, through all of them
     at once (one shell and one connection per profile; the time to a verdict is the longest
     profile's, not the sum). `on_profile(name, i, n)`, when given, is a context manager entered
-    around profile i of n (progress display); concurrent profiles enter theirs together."""
+    around profile i of n (progress display); concurrent profiles enter theirs together.
+    `transport` names a catalogued transport (ccscope/transports.py)."""
+    get_transport(transport)  # an unknown name is refused before anything runs
     lab = lab_mode_enabled(lab)
     if not lab:
         # Vet the target up front for a clear refusal; fetch vets it again inside the shell.
@@ -248,7 +238,9 @@ def measure(
     run_id = uuid.uuid4().hex[:12]
     out = Path(out_dir) if out_dir else Path("runs") / time.strftime("%Y%m%dT%H%M%S") / run_id
     out.mkdir(parents=True, exist_ok=True)
-    m = Measurement(url=url, run_id=run_id, out_dir=str(out), lab=lab, started_at=time.time())
+    m = Measurement(
+        url=url, run_id=run_id, out_dir=str(out), lab=lab, started_at=time.time(), transport=transport
+    )
 
     def one(i: int, name: str) -> ProfileRun:
         around = on_profile(name, i, len(profiles)) if on_profile else nullcontext()
@@ -264,9 +256,10 @@ def measure(
                     max_bytes=max_bytes,
                     access=access,
                     seed=seed,
+                    transport=transport,
                 )
         except CCScopeError as e:
-            return ProfileRun(profile=name, ok=False, error=str(e))
+            return ProfileRun(profile=name, ok=False, error=str(e), error_kind=e.kind, transport=transport)
 
     if concurrent and len(profiles) > 1:
         # Each profile has its own shell, bottleneck and capture; threads only wait on them.

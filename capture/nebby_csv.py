@@ -21,12 +21,14 @@ import io
 import ipaddress
 import math
 import os
+from array import array
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ccscope.capture.packets import SegmentTable
+from ccscope.capture.packets import MAX_SACK_BLOCKS, SegmentTable
 from ccscope.capture.tcp_bif import CaptureResult, traces_from_table
 from ccscope.errors import CaptureError, TraceFormatError
 from ccscope.profile import Profile
@@ -51,7 +53,11 @@ def traces_from_csv(
 ) -> CaptureResult:
     """Read a tshark CSV (path or raw bytes) into one BiF trace per TCP flow."""
     text, name = _load(path)
-    table, stats = parse_csv(text, name)
+    try:
+        table, stats = parse_csv(text, name)
+    finally:
+        if not isinstance(text, str):
+            text.close()
     try:
         return traces_from_table(
             table,
@@ -67,23 +73,54 @@ def traces_from_csv(
         raise TraceFormatError(f"{name}: {e}") from e
 
 
-def _load(path: str | os.PathLike[str] | bytes) -> tuple[str, str]:
+def _load(path: str | os.PathLike[str] | bytes) -> tuple[str | io.TextIOBase, str]:
+    """The CSV as text (bytes given) or as an open text stream (a file: read line by line, so
+    the file's size is never held twice); binary data is refused from its first 4 KiB."""
     if isinstance(path, bytes | bytearray):
         raw, name = bytes(path), "<memory>"
-    else:
-        p = Path(path)
-        name = str(p)
-        try:
-            if p.stat().st_size > MAX_CSV_BYTES:
-                raise TraceFormatError(f"{name}: CSV larger than {MAX_CSV_BYTES} bytes")
-            raw = p.read_bytes()
-        except OSError as e:
-            raise TraceFormatError(f"{name}: cannot read CSV: {e.strerror or e}") from e
-    if len(raw) > MAX_CSV_BYTES:
-        raise TraceFormatError(f"{name}: CSV larger than {MAX_CSV_BYTES} bytes")
-    if b"\x00" in raw[:4096]:
-        raise TraceFormatError(f"{name}: binary data, not a CSV (is this a pcap?)")
-    return raw.decode("utf-8-sig", errors="replace"), name
+        if len(raw) > MAX_CSV_BYTES:
+            raise TraceFormatError(f"{name}: CSV larger than {MAX_CSV_BYTES} bytes")
+        if b"\x00" in raw[:4096]:
+            raise TraceFormatError(f"{name}: binary data, not a CSV (is this a pcap?)")
+        return raw.decode("utf-8-sig", errors="replace"), name
+    p = Path(path)
+    name = str(p)
+    try:
+        f = p.open("rb")
+    except OSError as e:
+        raise TraceFormatError(f"{name}: cannot read CSV: {e.strerror or e}") from e
+    try:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_CSV_BYTES:
+            raise TraceFormatError(f"{name}: CSV larger than {MAX_CSV_BYTES} bytes")
+        if b"\x00" in f.read(4096):
+            raise TraceFormatError(f"{name}: binary data, not a CSV (is this a pcap?)")
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return io.TextIOWrapper(f, encoding="utf-8-sig", errors="replace", newline=""), name
+
+
+MAX_LINE_CHARS = 64 * 1024  # a tshark row is ~100 characters; a longer line is not a row
+
+
+def _capped_lines(f: io.TextIOBase) -> Iterator[str]:
+    """The stream's lines, none longer than MAX_LINE_CHARS: an overlong one (a file of zeros
+    without a newline, say) is skipped in chunks and stands as one NUL line, which the CSV
+    reader rejects as malformed, instead of being built in memory whole."""
+    while True:
+        line = f.readline(MAX_LINE_CHARS)
+        if not line:
+            return
+        if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
+            while True:
+                more = f.readline(MAX_LINE_CHARS)
+                if not more or more.endswith("\n"):
+                    break
+            yield "\x00\n"
+            continue
+        yield line
 
 
 def _pick(cols: dict[str, int], names: tuple[str, ...]) -> int | None:
@@ -93,12 +130,14 @@ def _pick(cols: dict[str, int], names: tuple[str, ...]) -> int | None:
     return None
 
 
-def parse_csv(text: str, name: str = "<memory>") -> tuple[SegmentTable, dict[str, int]]:
-    """Rows of a tshark CSV as a SegmentTable plus counts (packets, malformed, non_tcp)."""
-    lines = io.StringIO(text, newline="")
+def parse_csv(text: str | io.TextIOBase, name: str = "<memory>") -> tuple[SegmentTable, dict[str, int]]:
+    """Rows of a tshark CSV (text, or a text stream read line by line) as a SegmentTable plus
+    counts (packets, malformed, non_tcp). Columns collect in typed arrays (8 bytes a value, not
+    a Python int each) and the addresses as indexes into the few distinct address pairs."""
+    lines = _capped_lines(io.StringIO(text, newline="") if isinstance(text, str) else text)
     header_line = ""
     while True:
-        header_line = lines.readline()
+        header_line = next(lines, "")
         if not header_line or header_line.strip():
             break
     if not header_line.strip():
@@ -141,16 +180,10 @@ def parse_csv(text: str, name: str = "<memory>") -> tuple[SegmentTable, dict[str
     need = max([i_time, i_seq, i_ack, i_sp, i_dp, i_len, i_flags or 0, i_win or 0]
                + [max(p) for p in addr_pairs]) + 1  # fmt: skip
 
-    ts: list[int] = []
-    sp: list[int] = []
-    dp: list[int] = []
-    sq: list[int] = []
-    ak: list[int] = []
-    akp: list[bool] = []
-    ln: list[int] = []
-    fl: list[int] = []
-    wn: list[int] = []
-    addrs: list[tuple[bool, int, int, bool, int, int] | None] = []
+    ts, sp, dp, sq, ak, ln, fl, wn = (array("q") for _ in range(8))
+    akp = array("b")
+    addrs = array("q")  # index into pairs, -1: no address on that row
+    pairs: dict[tuple[bool, int, int, bool, int, int], int] = {}
     cache: dict[str, tuple[bool, int, int] | None] = {}
     rows = malformed = non_tcp = 0
     reader = csv.reader(lines, delimiter=delim)
@@ -208,35 +241,48 @@ def parse_csv(text: str, name: str = "<memory>") -> tuple[SegmentTable, dict[str
         dp.append(d_port)
         sq.append(seq % _M32)
         ak.append(ack % _M32)
-        akp.append(bool(a_txt))
+        akp.append(1 if a_txt else 0)
         ln.append(plen)
         fl.append(flags)
         wn.append(win)
-        addrs.append(a)
+        addrs.append(-1 if a is None else pairs.setdefault(a, len(pairs)))
 
     n = len(ts)
-    table = SegmentTable.empty(n)
-    if n:
-        table.ts_ns = np.asarray(ts, dtype=np.int64)
-        table.sport = np.asarray(sp, dtype=np.int64)
-        table.dport = np.asarray(dp, dtype=np.int64)
-        table.seq = np.asarray(sq, dtype=np.int64)
-        table.ack = np.asarray(ak, dtype=np.int64)
-        table.ack_present = np.asarray(akp, dtype=bool)
-        table.payload_len = np.asarray(ln, dtype=np.int64)
-        table.flags = np.asarray(fl, dtype=np.int64)
-        table.window = np.asarray(wn, dtype=np.int64)
-    table.flags_known = i_flags is not None
-    table.window_known = i_win is not None
-    # addresses only if every kept row has them: mixing would split one flow in two
-    table.has_addresses = n > 0 and all(a is not None for a in addrs)
-    if table.has_addresses:
-        arr = np.array(addrs, dtype=object)
-        table.v6 = arr[:, 0].astype(bool)
-        for j, col in enumerate(("src_hi", "src_lo"), start=1):
-            setattr(table, col, np.array(arr[:, j].tolist(), dtype=np.uint64))
-        for j, col in enumerate(("dst_hi", "dst_lo"), start=4):
-            setattr(table, col, np.array(arr[:, j].tolist(), dtype=np.uint64))
+    # The arrays become the table's columns without a copy; columns the CSV lacks are
+    # np.zeros, whose pages the kernel maps only when written (they cost no memory here).
+    idx = np.frombuffer(addrs, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
+    has_addresses = n > 0 and bool((idx >= 0).all())  # mixing would split one flow in two
+    uniq = list(pairs)  # insertion order = index order
+
+    def col(a: array[int]) -> np.ndarray:
+        return np.frombuffer(a, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
+
+    def addr_col(j: int) -> np.ndarray:
+        words = np.array([u[j] for u in uniq], dtype=np.uint64)
+        return words[idx] if has_addresses and words.any() else np.zeros(n, dtype=np.uint64)
+
+    table = SegmentTable(
+        ts_ns=col(ts),
+        v6=np.array([u[0] for u in uniq], dtype=bool)[idx] if has_addresses else np.zeros(n, dtype=bool),
+        src_hi=addr_col(1),
+        src_lo=addr_col(2),
+        dst_hi=addr_col(4),
+        dst_lo=addr_col(5),
+        sport=col(sp),
+        dport=col(dp),
+        seq=col(sq),
+        ack=col(ak),
+        flags=col(fl),
+        window=col(wn),
+        payload_len=col(ln),
+        ack_present=(np.frombuffer(akp, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)).astype(bool),
+        sack_n=np.zeros(n, dtype=np.int8),
+        sack_le=np.zeros((n, MAX_SACK_BLOCKS), dtype=np.int64),
+        sack_re=np.zeros((n, MAX_SACK_BLOCKS), dtype=np.int64),
+        flags_known=i_flags is not None,
+        window_known=i_win is not None,
+        has_addresses=has_addresses,
+    )
     stats = {
         "packets": rows,
         "non_ip": 0,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import mmap
 import os
 import struct
 import zlib
@@ -47,7 +48,8 @@ SUPPORTED_LINKTYPES = frozenset(
     }
 )
 
-MAX_FILE_BYTES = 2 * 1024**3  # we read the whole image into memory
+_ZERO_RECORD = bytes(16)
+MAX_FILE_BYTES = 2 * 1024**3  # mapped, not read: only the pages the walk touches are resident
 MAX_CAPLEN = 256 * 1024  # larger than any real snaplen; beyond this a length field is garbage
 SNAPLEN_SLACK = 256  # some writers put caplen slightly above their declared snaplen
 MAX_BLOCK_BYTES = 16 * 1024 * 1024  # pcapng non-packet blocks (name resolution, comments...)
@@ -100,8 +102,20 @@ class IPFrames:
     records: int
 
 
+def _check_magic(head: bytes, name: str) -> None:
+    """Refuse what is not a pcap or pcapng file from its first bytes, before reading the rest."""
+    if len(head) == 0:
+        raise CaptureError(f"{name}: capture file is empty")
+    if len(head) < 4:
+        raise CaptureError(f"{name}: too short to be a capture ({len(head)} bytes)")
+    if head[:4] not in _CLASSIC_MAGICS and struct.unpack_from("<I", head, 0)[0] != _PCAPNG_SHB:
+        raise CaptureError(f"{name}: not a pcap or pcapng file (magic {head[:4].hex()} at offset 0)")
+
+
 def load_image(source: str | os.PathLike[str] | bytes) -> tuple[bytes, str]:
-    """The capture as one bytes object, plus a name for error messages."""
+    """The capture as one buffer (a read-only map of a file: pages are read as the walk
+    touches them, so a big or sparse file costs what is parsed, not its size), plus a name for
+    error messages. The magic number is checked before anything else is read."""
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
         name = "<memory>"
@@ -109,13 +123,19 @@ def load_image(source: str | os.PathLike[str] | bytes) -> tuple[bytes, str]:
         path = Path(source)
         name = str(path)
         try:
-            size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
-                raise CaptureError(
-                    f"{name}: capture is {size} bytes, above the {MAX_FILE_BYTES}-byte limit; "
-                    "split it (editcap -c) first"
-                )
-            data = path.read_bytes()
+            with path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > MAX_FILE_BYTES:
+                    raise CaptureError(
+                        f"{name}: capture is {size} bytes, above the {MAX_FILE_BYTES}-byte limit; "
+                        "split it (editcap -c) first"
+                    )
+                _check_magic(f.read(4), name)
+                if size < 1 << 20:
+                    f.seek(0)
+                    data = f.read()
+                else:
+                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # type: ignore[assignment]
         except OSError as e:
             raise CaptureError(f"{name}: cannot read capture: {e.strerror or e}") from e
     if data[:2] == b"\x1f\x8b":  # .pcap.gz / .pcapng.gz: inflate, bounded like a plain file
@@ -204,6 +224,12 @@ def _walk_classic(
             truncated = off != n
             break
         incl = get_len(data, off + 8)[0]
+        if incl == 0 and data[off : off + 16] == _ZERO_RECORD:
+            # An all-zero record header (no time, no length): zeros where records should be, a
+            # sparse or zero-filled file. Walking on would index every 16 bytes of it.
+            raise CaptureError(
+                f"{name}: record at offset {off} is empty (zero lengths); the capture is corrupt"
+            )
         if incl > limit:
             raise CaptureError(
                 f"{name}: record at offset {off} claims {incl} captured bytes "

@@ -41,9 +41,9 @@ def link_binary() -> Path:
 def link_argv(options: Sequence[str], cmd: Sequence[str], *, keep_root: bool = False) -> list[str]:
     """Every ccscope-link command line is built here: `options` are link options, `cmd` runs
     inside. `keep_root`: the command needs root inside the shell (a nested shell, a lab server
-    that sets CCAs or routes); the place where a privilege-dropping emulator gets its opt-out."""
-    del keep_root  # today the command always keeps the caller's privileges
-    return [str(link_binary()), *options, "--", *cmd]
+    that sets CCAs or routes). Without it the emulator runs the command unprivileged (the
+    `ccscope` user, no capabilities, a scrubbed environment)."""
+    return [str(link_binary()), *options, *(["--keep-root"] if keep_root else []), "--", *cmd]
 
 
 def shell_command(
@@ -59,7 +59,9 @@ def shell_command(
 ) -> list[str]:
     """The emulator command line. `outer` (link options) wraps the shell in another one, as
     mahimahi's shells nest: e.g. a vantage point's access path around a measurement profile.
-    `layers` wraps it in several, outermost first (`outer`, if given, sits inside them)."""
+    `layers` wraps it in several, outermost first (`outer`, if given, sits inside them).
+    The command runs unprivileged (no capabilities, a scrubbed environment); an outer shell
+    keeps root, which the inner one needs to build its namespace, and drops it itself."""
     opts: list[str] = []
     if profile is not None:
         opts += profile.link_args()
@@ -83,6 +85,7 @@ class ShellRun:
     stderr: str
     stats: dict[str, Any] | None
     pcap: Path | None
+    timed_out: bool = False  # stopped by run_in_shell's timeout
 
     @property
     def setup_failed(self) -> bool:
@@ -107,9 +110,11 @@ def run_in_shell(
         cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra, outer=outer, layers=layers
     )
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        timed_out = True
         # SIGTERM lets the emulator forward the signal, flush the pcap and tear down.
         proc.terminate()
         try:
@@ -124,7 +129,7 @@ def run_in_shell(
             stats_doc = json.loads(stats.read_text())
         except (OSError, ValueError):
             stats_doc = None
-    run = ShellRun(proc.returncode, out, err, stats_doc, pcap if pcap and pcap.exists() else None)
+    run = ShellRun(proc.returncode, out, err, stats_doc, pcap if pcap and pcap.exists() else None, timed_out)
     if run.setup_failed:
         raise ShellError(err.strip().splitlines()[-1] if err.strip() else "ccscope-link failed")
     return run

@@ -258,11 +258,14 @@ def traces_from_table(
 
     e_src, e_dst = _endpoint_ids(table)
     n_ep = int(max(e_src.max(), e_dst.max())) + 1
-    pair = np.minimum(e_src, e_dst) * n_ep + np.maximum(e_src, e_dst)
-    _, fid = np.unique(pair, return_inverse=True)
-    fid = fid.reshape(-1)
+    pair = np.minimum(e_src, e_dst).astype(np.int64)
+    pair *= n_ep
+    pair += np.maximum(e_src, e_dst)
+    fid = _dense_ids(pair)
+    del pair
     order = np.argsort(fid, kind="stable")
     bounds = np.flatnonzero(np.diff(fid[order])) + 1
+    del fid
     groups = np.split(order, bounds)
     stats["flows"] = 0
     for grp in groups:
@@ -307,18 +310,40 @@ def _endpoint_ids(t: SegmentTable) -> tuple[np.ndarray, np.ndarray]:
     n = len(t)
     if not t.v6.any():
         # IPv4 address and port pack exactly into 48 bits: one fast integer unique
-        a = (t.src_lo.astype(np.int64) << 16) | t.sport
-        b = (t.dst_lo.astype(np.int64) << 16) | t.dport
-        _, inv = np.unique(np.concatenate([a, b]), return_inverse=True)
-    else:
-        rec = np.empty(2 * n, dtype=[("v6", "u1"), ("hi", "u8"), ("lo", "u8"), ("port", "i8")])
-        rec["v6"] = np.concatenate([t.v6, t.v6])
-        rec["hi"] = np.concatenate([t.src_hi, t.dst_hi])
-        rec["lo"] = np.concatenate([t.src_lo, t.dst_lo])
-        rec["port"] = np.concatenate([t.sport, t.dport])
-        _, inv = np.unique(rec, return_inverse=True)
+        ab = np.empty(2 * n, dtype=np.int64)
+        for half, addr, port in ((ab[:n], t.src_lo, t.sport), (ab[n:], t.dst_lo, t.dport)):
+            half[:] = addr
+            half <<= 16
+            half |= port
+        ids = _dense_ids(ab)
+        return ids[:n], ids[n:]
+    rec = np.empty(2 * n, dtype=[("v6", "u1"), ("hi", "u8"), ("lo", "u8"), ("port", "i8")])
+    rec["v6"] = np.concatenate([t.v6, t.v6])
+    rec["hi"] = np.concatenate([t.src_hi, t.dst_hi])
+    rec["lo"] = np.concatenate([t.src_lo, t.dst_lo])
+    rec["port"] = np.concatenate([t.sport, t.dport])
+    _, inv = np.unique(rec, return_inverse=True)
     inv = inv.reshape(-1).astype(np.int64)
     return inv[:n], inv[n:]
+
+
+def _dense_ids(v: np.ndarray) -> np.ndarray:
+    """Each value's rank among the distinct values (np.unique's inverse; int32 while that
+    holds them) in a third of np.unique's memory: grouping a large capture's flows must not
+    cost several times its table."""
+    n = len(v)
+    perm = np.argsort(v)
+    ranked = v[perm]
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(ranked[1:], ranked[:-1], out=new[1:])
+    del ranked
+    rank = np.cumsum(new, dtype=np.int64)
+    del new
+    rank -= 1
+    ids = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+    ids[perm] = rank
+    return ids
 
 
 def _split_connections(t: SegmentTable, grp: np.ndarray) -> list[np.ndarray]:
@@ -363,6 +388,44 @@ def unwrap32(v: np.ndarray) -> np.ndarray:
     return out
 
 
+def _rows(idx: np.ndarray) -> slice | np.ndarray:
+    """A flow's rows (increasing table indexes) as a slice when they are consecutive, so that
+    its columns are views of the table's rather than gathered copies."""
+    if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1:
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
+
+
+def _edges(
+    seg_end: np.ndarray,
+    srv: np.ndarray,
+    a_rel: np.ndarray,
+    cli_ack: np.ndarray,
+    floor: int,
+    order: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The highest sequence the server has sent and the highest the client has acknowledged,
+    running over the rows (in `order` if given), each built and accumulated in place."""
+    mse = np.maximum(seg_end, 0)
+    mse[~srv] = 0
+    mack = np.maximum(a_rel, floor)
+    mack[~cli_ack] = floor
+    if order is not None:
+        mse, mack = mse[order], mack[order]
+    np.maximum.accumulate(mse, out=mse)
+    np.maximum.accumulate(mack, out=mack)
+    return mse, mack
+
+
+def _before(op: np.ufunc, x: np.ndarray, running: np.ndarray, first: int) -> np.ndarray:
+    """op(x[i], running[i - 1]) for every row, `first` standing in before the first row."""
+    out = np.empty(len(x), dtype=bool)
+    if len(x):
+        out[0] = op(x[0], first)
+        op(x[1:], running[:-1], out=out[1:])
+    return out
+
+
 def _flow_trace(
     t: SegmentTable,
     idx: np.ndarray,
@@ -371,11 +434,16 @@ def _flow_trace(
     align: str,
     require_handshake: bool,
 ) -> tuple[int, Trace] | str:
-    """Build one flow's trace, or return the reason it is skipped."""
-    flags = t.flags[idx]
-    src = e_src[idx]
-    seq = t.seq[idx]
+    """Build one flow's trace, or return the reason it is skipped.
+
+    A flow whose rows are one run of the table (a capture of one download: the usual case)
+    reads its columns as views, not copies, and the per-row arrays are built in place and
+    dropped once used: a million-row flow costs a few of its columns, not dozens."""
     n = len(idx)
+    rows = _rows(idx)
+    flags = t.flags[rows]
+    src = e_src[rows]
+    seq = t.seq[rows]
 
     # --- who is the server, and where does its sequence space start ---
     synack = np.flatnonzero((flags & (TCP_SYN | TCP_ACK)) == (TCP_SYN | TCP_ACK))
@@ -397,77 +465,93 @@ def _flow_trace(
         if require_handshake and not inferred:
             return NO_HANDSHAKE
     is_srv = src == server
+    del src
 
     if t.flags_known:  # RST ends the flow; packets after it belong to nothing we measure
-        rst = np.flatnonzero(((flags & TCP_RST) != 0) & (np.arange(n) >= p_sa))
+        rst = np.flatnonzero((flags[p_sa:] & TCP_RST) != 0)
         if len(rst):
-            n = int(rst[0]) + 1
-            idx, flags, src, seq, is_srv = idx[:n], flags[:n], src[:n], seq[:n], is_srv[:n]
+            n = p_sa + int(rst[0]) + 1
+            idx, flags, seq, is_srv = idx[:n], flags[:n], seq[:n], is_srv[:n]
+            rows = _rows(idx)
 
-    plen = np.maximum(t.payload_len[idx], 0)
-    pos = np.arange(n)
+    plen = t.payload_len[rows]
+    if len(plen) and plen.min() < 0:
+        plen = np.maximum(plen, 0)
     # ISN: the SYN-ACK's seq; without a handshake, one below the first server byte seen
     isn = int(seq[p_sa]) if (handshake or inferred) else (int(seq[p_sa]) - 1) % _M32
-    srv = is_srv & (pos >= p_sa)
+    srv = is_srv.copy()
+    srv[:p_sa] = False
     if t.flags_known:
         syn_f = (flags & TCP_SYN) != 0
         fin_f = (flags & TCP_FIN) != 0
-        cli_ack = ~is_srv & ((flags & TCP_ACK) != 0) & t.ack_present[idx]
+        cli_ack = ~is_srv & ((flags & TCP_ACK) != 0) & t.ack_present[rows]
     else:
         syn_f = np.zeros(n, dtype=bool)
         if inferred:
             syn_f[p_sa] = True
         fin_f = np.zeros(n, dtype=bool)
         # a client ack before the server has spoken is the SYN's meaningless ack field
-        cli_ack = ~is_srv & (pos > p_sa) & t.ack_present[idx]
+        cli_ack = ~is_srv & t.ack_present[rows]
+        cli_ack[: p_sa + 1] = False
 
     srv_pos = np.flatnonzero(srv)
     s_rel = np.zeros(n, dtype=np.int64)
     s_rel[srv_pos] = unwrap32((seq[srv_pos] - isn) % _M32)
+    del seq
     ack_pos = np.flatnonzero(cli_ack)
     a_rel = np.zeros(n, dtype=np.int64)
-    a_rel[ack_pos] = unwrap32((t.ack[idx][ack_pos] - isn) % _M32)
+    a_rel[ack_pos] = unwrap32((t.ack[rows][ack_pos] - isn) % _M32)
 
     data_pos = srv_pos[plen[srv_pos] > 0]
     # one past the last payload byte (1 = nothing sent: sequence space starts after the SYN)
     data_end = int((s_rel[data_pos] + plen[data_pos]).max()) if len(data_pos) else 1
+    mss_seen = int(plen[data_pos].max()) if len(data_pos) else None
+    del data_pos
     if not t.flags_known and len(ack_pos):
         _infer_fin(fin_f, srv_pos, s_rel, plen, data_end, int(a_rel[ack_pos].max()))
+    del srv_pos
 
-    seg_end = s_rel + plen + syn_f + fin_f
-    mse_in = np.where(srv, np.maximum(seg_end, 0), 0)
+    seg_end = s_rel + plen
+    seg_end += syn_f
+    seg_end += fin_f
+    del syn_f
     # without a handshake the SYN is implicitly acknowledged: start the ACK count after it
     floor = 0 if (handshake or inferred) else 1
-    mack_in = np.where(cli_ack, np.maximum(a_rel, floor), floor)
-    mse = np.maximum.accumulate(mse_in)
-    mack = np.maximum.accumulate(mack_in)
-    bif = np.maximum(mse - mack, 0)
+    mse, mack = _edges(seg_end, srv, a_rel, cli_ack, floor)
+    bif = mse - mack
+    np.maximum(bif, 0, out=bif)
     sack_at_ack = _sack_scoreboard(t, idx, cli_ack, a_rel, mack, mse)
     sacked = None if sack_at_ack is None else np.minimum(_ffill_acks(sack_at_ack), bif)
-    mse_prev = np.concatenate([[0], mse[:-1]])
-    mack_prev = np.concatenate([[floor], mack[:-1]])
 
-    # --- events ---
-    retx = srv & (plen > 0) & (s_rel < mse_prev)
+    # --- events (each against the running edges of the rows before it) ---
+    retx = srv & (plen > 0) & _before(np.less, s_rel, mse, 0)
     if t.window_known:
-        win = t.window[idx]
+        win = t.window[rows]
         cli_pos = np.flatnonzero(~is_srv)
         same_win = np.zeros(n, dtype=bool)
         same_win[cli_pos[1:]] = win[cli_pos[1:]] == win[cli_pos[:-1]]
+        del cli_pos
     else:
         same_win = np.ones(n, dtype=bool)
     control = (flags & (TCP_SYN | TCP_FIN | TCP_RST)) != 0 if t.flags_known else fin_f
+    del fin_f
     # RFC 5681 duplicate ACK; "data outstanding" keeps idle keep-alive ACKs out
-    dup = cli_ack & (plen == 0) & ~control & same_win & (a_rel == mack_prev) & (mse_prev > mack_prev)
+    dup = cli_ack & (plen == 0) & ~control & same_win & _before(np.equal, a_rel, mack, floor)
+    outstanding = np.empty(n, dtype=bool)
+    outstanding[:1] = floor < 0  # before any row: nothing sent, nothing acknowledged
+    np.greater(mse[:-1], mack[:-1], out=outstanding[1:])
+    dup &= outstanding
+    del control, same_win, outstanding
 
-    ts = t.ts_ns[idx]
+    ts = t.ts_ns[rows]
     # --- RTTs ---
     internet_ns: int | None = None
     if handshake or inferred:
+        early = ~is_srv[:p_sa]
         if t.flags_known:
-            syn_rows = np.flatnonzero(~is_srv & ((flags & (TCP_SYN | TCP_ACK)) == TCP_SYN) & (pos < p_sa))
+            syn_rows = np.flatnonzero(early & ((flags[:p_sa] & (TCP_SYN | TCP_ACK)) == TCP_SYN))
         else:
-            syn_rows = np.flatnonzero(~is_srv & (pos < p_sa) & (plen == 0))
+            syn_rows = np.flatnonzero(early & (plen[:p_sa] == 0))
         if len(syn_rows):
             internet_ns = int(ts[p_sa] - ts[syn_rows[-1]])
     visible_ns = _min_visible_rtt(ts, srv, retx, s_rel, plen, seg_end, ack_pos, a_rel)
@@ -495,13 +579,15 @@ def _flow_trace(
             ts = np.where(is_srv, ts - half, ts + half)  # data left earlier, ACKs arrive later
             order = np.argsort(ts, kind="stable")
             ts = ts[order]
-            mse = np.maximum.accumulate(mse_in[order])
-            mack = np.maximum.accumulate(mack_in[order])
-            bif = np.maximum(mse - mack, 0)
+            del mse, mack, bif
+            mse, mack = _edges(seg_end, srv, a_rel, cli_ack, floor, order)
+            bif = mse - mack
+            np.maximum(bif, 0, out=bif)
             retx, dup = retx[order], dup[order]
             if sack_at_ack is not None:
                 sacked = np.minimum(_ffill_acks(sack_at_ack[order]), bif)
             alignment = "sender"
+    del mse, mack, s_rel, a_rel, seg_end
 
     t0 = int(ts[0])
     t_rel = (ts - t0) / 1e9
@@ -511,7 +597,7 @@ def _flow_trace(
     extra: dict[str, Any] = {
         # the largest payload the server sent: the MSS in use (the classifier counts windows in
         # segments), and the bottleneck rate the ACKs show (its BDP, when no profile says)
-        "mss": int(plen[data_pos].max()) if len(data_pos) else None,
+        "mss": mss_seen,
         "delivery_rate_bps": delivery_bps,
         "packets": int(n),
         "payload_bytes": payload,
@@ -683,6 +769,9 @@ def _infer_fin(
     fin_f[empty if len(empty) else at_end] = True
 
 
+MAX_RATE_WINDOWS = 100_000
+
+
 def _delivery_rate_bps(
     ts: np.ndarray, mack: np.ndarray, ack_pos: np.ndarray, *, base_hint_ns: int | None
 ) -> float | None:
@@ -695,6 +784,8 @@ def _delivery_rate_bps(
     ta = ts[ack_pos].astype(np.float64) / 1e9
     acked = mack[ack_pos].astype(np.float64)
     win = max(1.0, 4.0 * (base_hint_ns or 0) / 1e9)
+    if (ta[-1] - ta[0]) / win > MAX_RATE_WINDOWS:
+        return None  # a capture spanning weeks (or a damaged timestamp) is no download's
     edges = np.arange(ta[0], ta[-1], win)
     if len(edges) < 4:
         return None

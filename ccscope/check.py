@@ -114,7 +114,12 @@ def find_object(target: str, *, lab: bool, timeout: float = 10.0) -> tuple[str, 
     return (
         found.url,
         found.size,
-        {"pages": found.pages, "probes": found.probes, "robots_skipped": found.robots_skipped},
+        {
+            "pages": found.pages,
+            "probes": found.probes,
+            "robots_skipped": found.robots_skipped,
+            "alt_svc": found.alt_svc,
+        },
     )
 
 
@@ -128,6 +133,7 @@ def run_check(
     profiles: tuple[str, ...] = ("A", "B"),
     plot: bool = True,
     model_path: str | None = None,
+    transport: str = "tcp",
 ) -> CheckResult:
     from ccscope.capture.measure import measure
     from ccscope.classifier.model import Model, ModelError
@@ -142,14 +148,36 @@ def run_check(
     t0 = time.monotonic()
     steps.step(f"finding the largest object on {target} ...")
     url, size, crawl = find_object(target, lab=lab)
+    rate = RATE_BPS
+    if transport == "quic":
+        # the object where the site serves HTTP/3 (its Alt-Svc, else one QUIC probe)
+        from ccscope.crawler.h3 import find_h3
+        from ccscope.profile import QUIC_PACKET_BYTES
+
+        offer = find_h3(url, crawl.get("alt_svc"), lab=lab)
+        if offer.url is None:
+            raise CheckFailed(
+                f"{url}: no HTTP/3: {offer.how}" + (f" ({offer.detail})" if offer.detail else "")
+            )
+        url, crawl = offer.url, {**crawl, "h3": offer.how}
+        rate = RATE_BPS * QUIC_PACKET_BYTES / 100  # the QUIC profiles keep the packets per RTT
     t_crawl = time.monotonic()
-    expect = (size * 8 / RATE_BPS * 1.2 + 4) if size else None
+    expect = (size * 8 / rate * 1.2 + 4) if size else None
 
     def around(name: str, i: int, n: int) -> Any:
         steps.step(f"downloading {url} through profile {name} ({i + 1} of {n}) ...")
         return ticking(f"profile {name}", expect)
 
-    m = measure(url, profiles, out_dir, lab=lab, timeout=timeout, max_bytes=max_bytes, on_profile=around)
+    m = measure(
+        url,
+        profiles,
+        out_dir,
+        lab=lab,
+        timeout=timeout,
+        max_bytes=max_bytes,
+        on_profile=around,
+        transport=transport,
+    )
     t_meas = time.monotonic()
     steps.step("classifying ...")
     files = [r.sender_trace_file for r in m.runs if r.sender_trace_file]

@@ -84,6 +84,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             on_profile=None if args.concurrent else around,
             concurrent=args.concurrent,
+            transport=args.transport,
         )
     if args.json:
         print(json.dumps(m.to_dict(), indent=2, default=str))
@@ -100,7 +101,7 @@ def format_measurement(d: dict[str, Any]) -> str:
     hdr += f"{'RTTint':>8}{'RTTbase':>9}"
     gt = any(r.get("groundtruth") for r in d["runs"])
     if gt:
-        hdr += f"{'cca':>7}{'err cap':>9}{'err snd':>9}{'strict':>8}"
+        hdr += f"{'cca':>14}{'err cap':>9}{'err snd':>9}{'strict':>8}"
     lines.append(hdr)
     for r in d["runs"]:
         row = (
@@ -111,11 +112,17 @@ def format_measurement(d: dict[str, Any]) -> str:
         g = r.get("groundtruth")
         if gt and g:
             cap, snd, strict = bif_errors(g)
-            row += f"{g.get('cca') or '?':>7}{format_pct(cap):>9}{format_pct(snd):>9}{format_pct(strict):>8}"
+            row += f"{g.get('cca') or '?':>14}{format_pct(cap):>9}{format_pct(snd):>9}{format_pct(strict):>8}"
         lines.append(row)
         if r.get("error"):
             lines.append(f"         error: {r['error']}")
-    if gt:
+    if gt and d.get("transport", "tcp") == "quic":
+        lines.append(
+            "err = mean |BiF estimated from the encrypted capture - BiF in the server's qlog| over "
+            "time (1 ms grid), % of path BDP;\n      cap = as seen at the bottleneck, snd = shifted "
+            "to the sender; strict = snd at every estimate event"
+        )
+    elif gt:
         lines.append(
             "err = mean |BiF measured - BiF from the server's TCP_INFO| beyond the truth's 1 ms "
             "resolution, % of path BDP;\n      cap = as seen at the bottleneck, snd = shifted to "
@@ -224,6 +231,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         plot=not args.no_plot,
         model_path=args.model,
+        transport=args.transport,
     )
     print(json.dumps(res.to_dict(), indent=2, default=str) if args.json else res.format())
     return res.exit_code
@@ -367,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"ccscope {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    from ccscope.transports import TRANSPORTS
 
     p = sub.add_parser(
         "shell",
@@ -394,6 +403,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrent",
         action="store_true",
         help="measure the profiles at the same time, each in its own shell (default: one after another)",
+    )
+    p.add_argument(
+        "--transport",
+        default="tcp",
+        choices=TRANSPORTS,
+        help="tcp (default) or quic (HTTP/3; the profiles become their QUIC variants, e.g. A-quic)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.set_defaults(func=_cmd_measure)
@@ -444,7 +459,12 @@ def build_parser() -> argparse.ArgumentParser:
         "goes to stderr. Needs root (the emulated bottleneck).",
     )
     p.add_argument("target", metavar="DOMAIN|URL")
-    p.add_argument("--transport", choices=["tcp"], default="tcp", help="only TCP is measured today")
+    p.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="tcp",
+        help="tcp (default) or quic (HTTP/3 where the site offers it: Alt-Svc, else one QUIC probe)",
+    )
     p.add_argument("--out", help="directory for traces, pcaps and the plot (default runs/<time>/<id>)")
     p.add_argument("--lab", action="store_true", help="lab mode: allow lab (private) targets")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds per download (default 90)")
@@ -469,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--date-from", type=_date, metavar="YYYY-MM-DD")
     q.add_argument("--date-to", type=_date, metavar="YYYY-MM-DD")
     q.add_argument("--vantage")
-    q.add_argument("--transport", choices=["tcp", "quic"])
+    q.add_argument("--transport", choices=TRANSPORTS)
     q.add_argument("--out", help="file (default: stdout)")
     q.add_argument("--json", action="store_true", help="report the file written as JSON")
     q.add_argument("--db", help="SQLAlchemy URL (default: CCSCOPE_DB_URL or the embedded SQLite file)")
@@ -502,6 +522,10 @@ def build_parser() -> argparse.ArgumentParser:
     from ccscope.classifier.collect import register as register_collect
 
     register_collect(sub)
+
+    from ccscope.classifier.quic_dataset import register as register_quic
+
+    register_quic(sub)
 
     from ccscope.store.cli import register as register_store
 

@@ -7,7 +7,9 @@
    finding each site's largest object, the classifier) from two emulated vantage points: each
    vantage point's downloads cross their own access path (a shell around the profile's shell).
 3. The census table (CCA shares per vantage point) is printed with each site's verdict beside
-   the CCA its server really runs, and the accuracy.
+   the CCA its server really runs, and the accuracy. A second census runs over QUIC against the
+   lab's HTTP/3 sites (lab/quic: quiche, aioquic, quic-go with their CCAs), whatever of them
+   runs here.
 4. The API is left serving the store, so the census can be browsed (Ctrl-C stops it).
 """
 
@@ -52,6 +54,10 @@ DEMO_VANTAGES: tuple[VantageSpec, ...] = (
     ),
 )
 DEMO_LIST = "lab-demo"
+# HTTP/3 sites: one per lab QUIC stack x CCA that runs here (lab/quic). Their QUIC servers sit on
+# addresses that also serve HTTPS over TCP, so the crawler finds their object as on any site and
+# the worker finds HTTP/3 there by a probe (they send no Alt-Svc).
+DEMO_QUIC_LIST = "lab-demo-quic"
 
 
 def demo_ccas(sites: tuple[tuple[str, str], ...] = DEMO_SITES) -> tuple[str, ...]:
@@ -70,11 +76,15 @@ def run_demo(
     sites: tuple[tuple[str, str], ...] = DEMO_SITES,
     vantages: tuple[VantageSpec, ...] = DEMO_VANTAGES,
     profiles: tuple[str, ...] = ("A", "B"),
+    with_quic: bool = True,
     as_json: bool = False,
 ) -> int:
     from ccscope.lab import ccas as zoo
 
     ccas = demo_ccas(sites)
+    from ccscope.lab.quic.lab import resolve_servers
+
+    quic = resolve_servers(("all",)) if with_quic else ()
     zoo_needed = [c for c in ccas if c not in zoo.kernel_available()]
     if zoo_needed:
         zoo.ensure_loaded(zoo_needed)
@@ -88,7 +98,7 @@ def run_demo(
         "Internet path"
     )
     # Just above the crawler's 400 KiB preference, so it is the pick: 17 s at 200 kbit/s.
-    lab.up(LabParams(ccas=ccas, delay_ms=10.0, sites=sites, large_bytes=420_000))
+    lab.up(LabParams(ccas=ccas, delay_ms=10.0, sites=sites, large_bytes=420_000, quic=quic))
     try:
         # A list per day: the demo re-run on one day reuses it, its campaigns stay apart.
         lst = write_list(
@@ -110,14 +120,40 @@ def run_demo(
             concurrency=concurrency,
             truth=lab_truth(),
         )
+        qrep = None
+        qsites = [q["hostname"] for q in (lab.state() or {}).get("quic_servers") or []]
+        if qsites:
+            qlst = write_list(
+                default_data_dir() / f"{DEMO_QUIC_LIST}_{dt.date.today().isoformat()}.csv", qsites
+            )
+            qname, _ = import_list_file(store, qlst, DEMO_QUIC_LIST)
+            say(f"census of {len(qsites)} HTTP/3 sites over QUIC (profiles A-quic+B-quic) ...")
+            qrep = run_census(
+                store,
+                qname,
+                len(qsites),
+                vantages,
+                profiles=profiles,
+                lab=True,
+                concurrency=concurrency,
+                truth=lab_truth(),
+                transports=("quic",),
+            )
     finally:
         if not keep_lab:
             lab.down()
     if as_json:
-        print(json.dumps(rep.to_dict(), indent=2, default=str), flush=True)
+        doc = rep.to_dict()
+        if qrep is not None:
+            doc["quic"] = qrep.to_dict()
+        print(json.dumps(doc, indent=2, default=str), flush=True)
     else:
         print()
         print(rep.format())
+        if qrep is not None:
+            print()
+            print(qrep.format())
+            print("QUIC truth = the TCP family the stack's CCA implements (no QUIC classes are trained)")
     ok = bool(rep.results) and all(r.state == "classified" for r in rep.results)
     if not ok:
         print("\nsome measurements failed; see the reasons above", file=sys.stderr)

@@ -182,14 +182,65 @@ PUBLISHED_PROFILES: dict[str, Profile] = {
 }
 
 
+# QUIC cannot use the tiny MTU: every QUIC endpoint must be able to send 1200-byte UDP payloads
+# (RFC 9000 §14) and servers start there, so the client's link needs an IP MTU of at least 1228;
+# 1280 (IPv6's minimum) leaves room for IPv6 too. A QUIC packet then carries ~25x the bytes of a
+# 100-byte TCP one, and there are two ways to adapt a profile:
+#   "packets" (the default): rate scaled by the packet-size ratio, delays and the 2xBDP buffer
+#       kept, so the path holds the same number of packets per RTT as the TCP profile (~25 at
+#       100 ms) and the window dynamics read the same; a download needs ~25x the bytes for as
+#       many round trips (a 1 MB object lasts ~3 s, not ~80 s);
+#   "rate": rate and delays kept, MTU raised: the BDP drops to ~2 packets, the window sits at
+#       the stacks' minimum and the trace is mostly noise, but any object lasts as long.
+QUIC_MTU = 1280
+QUIC_PACKET_BYTES = 1228  # 1200-byte UDP payload + IPv4 and UDP headers
+QUIC_ADAPT = ("packets", "rate")
+
+
+def quic_profile(base: Profile, keep: str = "packets") -> Profile:
+    """The QUIC variant of a profile (see QUIC_ADAPT); a profile already fit for QUIC is kept."""
+    if base.mtu >= QUIC_MTU:
+        return base
+    if keep not in QUIC_ADAPT:
+        raise ProfileError(f"unknown QUIC adaptation {keep!r} (choose from {', '.join(QUIC_ADAPT)})")
+    if keep == "rate":
+        return replace(base, name=f"{base.name}-quic-rate", mtu=QUIC_MTU)
+    scale = QUIC_PACKET_BYTES / base.mtu
+
+    def scaled(d: Direction) -> Direction:
+        bps = first_rate_bps(d.rate)
+        return d if bps is None else replace(d, rate=f"{round(bps * scale / 1000.0)}kbit")
+
+    return replace(base, name=f"{base.name}-quic", down=scaled(base.down), up=scaled(base.up), mtu=QUIC_MTU)
+
+
 def get_profile(name: str) -> Profile:
     key = name.upper()
     if key in STANDARD_PROFILES:
         return STANDARD_PROFILES[key]
     if key in PUBLISHED_PROFILES:
         return PUBLISHED_PROFILES[key]
-    known = ", ".join([*STANDARD_PROFILES, *(p.name for p in PUBLISHED_PROFILES.values())])
+    base, _, keep = key.partition("-QUIC")
+    if keep in ("", "-RATE") and key != base and base in STANDARD_PROFILES:
+        return quic_profile(STANDARD_PROFILES[base], "rate" if keep else "packets")
+    known = ", ".join(
+        [*STANDARD_PROFILES, *(p.name for p in PUBLISHED_PROFILES.values())]
+        + [f"{k}-quic, {k}-quic-rate" for k in STANDARD_PROFILES]
+    )
     raise ProfileError(f"unknown profile {name!r} (known: {known})")
+
+
+def check_profile_choice(spec: str) -> str:
+    """A measurement's profile field: "default" (the worker's profiles) or known profile names
+    joined by "+" ("A+B"); raises ProfileError naming the unknown one."""
+    if spec in ("", "default"):
+        return "default"
+    names = spec.split("+")
+    for n in names:
+        if not n:
+            raise ProfileError(f"empty profile name in {spec!r}")
+        get_profile(n)
+    return spec
 
 
 def _num(x: float) -> str:

@@ -87,6 +87,7 @@ class Settings(BaseSettings):
     lab_dir: Path | None = Field(None, description="lab state directory (default /run/ccscope/lab)")
     link: Path | None = Field(None, description="the ccscope-link binary (default: the repository build)")
     cca_bin: Path | None = Field(None, description="the ccscope-cca loader binary (BPF zoo)")
+    quic_get: Path | None = Field(None, description="the QUIC client binary (default: the repository build)")
 
 
 # Read by the native tools, or set by ccscope-link for the command it runs (not settings of the

@@ -590,7 +590,13 @@ def default_ccas() -> tuple[str, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--space", default="full", choices=sorted(SPACES))
     p.add_argument("--split", default="train", choices=sorted(SPLITS))
-    p.add_argument("--draws", type=int, required=True, help="how many draws")
+    p.add_argument("--draws", type=int, help="how many draws (required unless --plan)")
+    p.add_argument(
+        "--plan",
+        choices=("reference",),
+        help="the classifier's reference set (classifier/reference.py) instead of --space/--draws",
+    )
+    p.add_argument("--sets", help="with --plan: which of its sets, comma-separated (default all)")
     p.add_argument("--start", type=int, default=0, help="index of the first draw (default 0)")
     p.add_argument("--fix", action="append", default=[], choices=GROUPS, metavar="GROUP",
                    help=f"hold a factor group at its mildest ({', '.join(GROUPS)}); repeatable")  # fmt: skip
@@ -609,13 +615,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    try:
-        ds = draws(args.draws, args.space, args.split, start=args.start, fixed=args.fix)
-    except ConditionError as e:
-        print(f"collect: {e}", file=sys.stderr)
-        return 2
-    ccas = tuple(c for c in args.ccas.split(",") if c) if args.ccas else default_ccas()
-    jobs = plan_jobs(ds, ccas, args.runs)
+    if args.plan == "reference":
+        from ccscope.classifier.reference import plan
+
+        sets = plan()
+        want = [x for x in (args.sets or ",".join(sets)).split(",") if x]
+        unknown = [x for x in want if x not in sets]
+        if unknown:
+            print(f"collect: unknown set(s) {', '.join(unknown)} (known: {', '.join(sets)})", file=sys.stderr)
+            return 2
+        jobs = [j for x in want for j in sets[x]]
+        ds = list({j.draw.id: j.draw for j in jobs}.values())
+    else:
+        if args.draws is None:
+            print("collect: --draws is required without --plan", file=sys.stderr)
+            return 2
+        try:
+            ds = draws(args.draws, args.space, args.split, start=args.start, fixed=args.fix)
+        except ConditionError as e:
+            print(f"collect: {e}", file=sys.stderr)
+            return 2
+        ccas = tuple(c for c in args.ccas.split(",") if c) if args.ccas else default_ccas()
+        jobs = plan_jobs(ds, ccas, args.runs)
     k = args.concurrency
     if args.dry_run:
         doc = {

@@ -12,7 +12,7 @@ from typing import Any
 from ccscope.classifier.detectors import run_detectors
 from ccscope.classifier.estimator import Decision
 from ccscope.classifier.features import InsufficientData, analyse
-from ccscope.classifier.model import FAMILY, Model
+from ccscope.classifier.model import FAMILY, Model, ModelError
 from ccscope.classifier.summary import TraceSummary
 from ccscope.trace import Trace
 from ccscope.verdict import UNKNOWN, Verdict
@@ -29,7 +29,9 @@ def summarise(trace: Trace) -> TraceSummary:
     try:
         a = analyse(trace)
     except InsufficientData as e:
-        return TraceSummary({}, str(e), {"alignment": trace.alignment}, profile=prof)
+        return TraceSummary(
+            {}, str(e), {"alignment": trace.alignment}, profile=prof, transport=trace.transport
+        )
     findings = run_detectors(a)
     feats = dict(a.features)
     for f in findings:
@@ -37,7 +39,9 @@ def summarise(trace: Trace) -> TraceSummary:
     ev = a.evidence()
     ev["detectors"] = {f.name: f.to_dict() for f in findings}
     ev["alignment"] = trace.alignment
-    return TraceSummary(feats, None, ev, rtt_ms=float(a.prepared.rtt * 1000.0), profile=prof)
+    return TraceSummary(
+        feats, None, ev, rtt_ms=float(a.prepared.rtt * 1000.0), profile=prof, transport=trace.transport
+    )
 
 
 def classify(
@@ -61,7 +65,10 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
     if not usable:
         reason = summaries[0].insufficient if summaries else "no trace was given"
         return Verdict.insufficient(reason or "no usable trace", version, {"traces": per_trace})
-    d = m.estimator.decide(usable)
+    transports = sorted({s.transport for s in usable})
+    if len(transports) > 1:
+        raise ModelError(f"traces of several transports ({', '.join(transports)}) are not one measurement")
+    d = m.for_transport(transports[0]).decide(usable)
     top = sorted(d.probabilities.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     evidence: dict[str, Any] = {
         "traces": per_trace,

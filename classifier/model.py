@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ccscope.classifier.estimator import CCAClassifier
+from ccscope.errors import CCScopeError
 
 MODEL_FORMAT = "ccscope-model/2"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -30,26 +31,42 @@ FAMILY = {
 }  # fmt: skip
 
 
-class ModelError(Exception):
-    pass
+class ModelError(CCScopeError):
+    """The model file cannot be read, or cannot read these traces."""
 
 
 @dataclass
 class Model:
+    """One fitted estimator per transport: a QUIC stack's CUBIC is not the kernel's, and what
+    bytes in flight the capture can read differs, so each transport has its own classes."""
+
     version: str
-    estimator: CCAClassifier
+    estimators: dict[str, CCAClassifier]
     training: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def estimator(self) -> CCAClassifier:
+        """The TCP estimator (every model has one)."""
+        return self.estimators["tcp"]
 
     @property
     def classes(self) -> list[str]:
         return list(self.estimator.classes_)
+
+    def for_transport(self, transport: str) -> CCAClassifier:
+        est = self.estimators.get(transport)
+        if est is None:
+            raise ModelError(
+                f"the model has no classes for {transport} traces (it knows {', '.join(self.estimators)})"
+            )
+        return est
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": MODEL_FORMAT,
             "version": self.version,
             "classifier_version": CLASSIFIER_VERSION,
-            "estimator": self.estimator.to_dict(),
+            "estimators": {k: e.to_dict() for k, e in sorted(self.estimators.items())},
             "training": self.training,
         }
 
@@ -72,8 +89,10 @@ class Model:
                 f"the model was made by classifier {d.get('classifier_version')}, this code is "
                 f"{CLASSIFIER_VERSION}: retrain with `ccscope train`"
             )
-        est = CCAClassifier.from_dict(d["estimator"])
-        return cls(version=str(d["version"]), estimator=est, training=dict(d.get("training", {})))
+        ests = {str(k): CCAClassifier.from_dict(v) for k, v in dict(d["estimators"]).items()}
+        if "tcp" not in ests:
+            raise ValueError("the model has no TCP estimator")
+        return cls(version=str(d["version"]), estimators=ests, training=dict(d.get("training", {})))
 
     @classmethod
     def load(cls, path: Path | None = None) -> Model:

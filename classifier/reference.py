@@ -31,13 +31,13 @@ from ccscope.classifier.conditions import GROUPS, DrawJob, sample
 from ccscope.classifier.dataset import VARIANTS, trained_ccas
 
 MILD_P = 0.25
-N_TRAIN = 60
-N_RUNS = 6
-N_UNSEEN = 16
-N_VARIANTS = 20
-N_VARIANTS_DESIGN = 10
-N_OTHER = 8
-N_DEMO = 2
+N_TRAIN = 40
+N_RUNS = 4
+N_UNSEEN = 12
+N_VARIANTS = 16
+N_VARIANTS_DESIGN = 8
+N_OTHER = 6
+N_DEMO = 1
 
 
 def mild_groups(index: int, cca: str) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ class TraceSummary:
     evidence: dict[str, Any] = field(default_factory=dict)
     rtt_ms: float | None = None  # the path's base RTT as the trace shows it
     profile: str | None = None  # the profile's name, when the trace names one (informational)
+    transport: str = "tcp"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -32,6 +33,7 @@ class TraceSummary:
             "insufficient": self.insufficient,
             "rtt_ms": self.rtt_ms,
             "profile": self.profile,
+            "transport": self.transport,
         }
 
     @classmethod
@@ -45,6 +47,7 @@ class TraceSummary:
             None if d.get("insufficient") is None else str(d["insufficient"]),
             rtt_ms=None if rtt is None else float(rtt),
             profile=None if d.get("profile") is None else str(d["profile"]),
+            transport=str(d.get("transport") or "tcp"),
         )
 
     def value(self, name: str) -> float:

@@ -59,6 +59,7 @@ class Sample:
     paths: tuple[str, ...] = ()  # its traces (sender alignment)
     truth: tuple[str, ...] = ()  # the server's own ground truth for the same transfers
     factors: dict[str, Any] = field(default_factory=dict)  # the draw's factor values
+    transport: str = "tcp"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -77,6 +78,7 @@ class Sample:
             paths=tuple(str(p) for p in d.get("paths", ())),
             truth=tuple(str(p) for p in d.get("truth", ())),
             factors=dict(d.get("factors") or {}),
+            transport=str(d.get("transport") or "tcp"),
         )
 
 
@@ -209,22 +211,27 @@ def fit_model(
     truth: bool = False,
     params: dict[str, Any] | None = None,
 ) -> Model:
-    """Fit the estimator on the training measurements (their traces, or with `truth` the
-    server's own ground-truth series of the same transfers: the oracle the bench compares with)."""
+    """Fit one estimator per transport on the training measurements (their traces, or with
+    `truth` the server's own ground-truth series of the same transfers: the oracle the bench
+    compares with)."""
     use = [s for s in sorted(train, key=lambda s: s.key) if not s.variant]
-    X = [[summ[p] for p in (s.truth if truth else s.paths)] for s in use]
-    keep = [i for i, m in enumerate(X) if any(t.usable for t in m)]
-    est = CCAClassifier(families=FAMILY, **(params or {})).fit(
-        [X[i] for i in keep], [use[i].label for i in keep], [use[i].group for i in keep]
-    )
-    meta = {
-        **meta,
-        "train_measurements": len(keep),
-        "train_unusable": len(use) - len(keep),
-        "data": data_hash([(s.key, s.label, s.group) for s in use]),
-    }
+    ests: dict[str, CCAClassifier] = {}
+    counts: dict[str, dict[str, int]] = {}
+    for transport in sorted({s.transport for s in use}):
+        mine = [s for s in use if s.transport == transport]
+        X = [[summ[p] for p in (s.truth if truth else s.paths)] for s in mine]
+        keep = [i for i, m in enumerate(X) if any(t.usable for t in m)]
+        if not keep:
+            continue
+        ests[transport] = CCAClassifier(families=FAMILY, **(params or {})).fit(
+            [X[i] for i in keep], [mine[i].label for i in keep], [mine[i].group for i in keep]
+        )
+        counts[transport] = {"train_measurements": len(keep), "train_unusable": len(mine) - len(keep)}
+    if "tcp" not in ests:
+        raise ReferenceFeaturesError("no usable TCP training measurement")
+    meta = {**meta, "fitted": counts, "data": data_hash([(s.key, s.label, s.group) for s in use])}
     version = f"ccscope-{CLASSIFIER_VERSION}+{meta['data'][:8]}" + ("-oracle" if truth else "")
-    model = Model(version=version, estimator=est, training=meta)
+    model = Model(version=version, estimators=ests, training=meta)
     # evaluate exactly what ships: the artifact's rounded numbers, not the in-memory fit
     return Model.from_dict(json.loads(json.dumps(model.to_dict())))
 
@@ -368,13 +375,15 @@ def evaluate(
 ) -> dict[str, Any]:
     """Scores per evaluation set, with the predictions they come from."""
     res: dict[str, Any] = {"model_version": model.version, "classes": model.classes}
-    for name in sorted({s.set for s in samples} - {"train"}):
+    for name in sorted({s.set for s in samples} - {"train", "quic_train"}):
         rows = predict_rows(model, [s for s in samples if s.set == name], summ, truth=truth)
         if not rows:
             continue
         entry: dict[str, Any] = {"predictions": rows}
+        transport = "quic" if name.startswith("quic_") else "tcp"
+        classes = model.estimators[transport].classes_ if transport in model.estimators else model.classes
         if any(not r["variant"] for r in rows):
-            entry.update(score(rows, model.classes))
+            entry.update(score(rows, list(classes)))
         if any(r["variant"] for r in rows):
             entry["variants"] = score_variants(rows)
         res[name] = entry
@@ -507,7 +516,10 @@ def log(msg: str) -> None:
 
 
 def sample_set(rec: dict[str, Any]) -> str:
-    """Which evaluation set a collected measurement belongs to (see the module docstring)."""
+    """Which evaluation set a collected measurement belongs to (see the module docstring); a
+    QUIC measurement's set carries the prefix `quic_` (QUIC classes are their own)."""
+    if rec.get("transport", "tcp") == "quic":
+        return "quic_" + sample_set({**rec, "transport": "tcp"})
     split, space, run = rec.get("split"), rec.get("space"), int(rec.get("run", 0))
     if rec.get("is_variant"):
         return "variants" if split == "eval" else "variants_design"
@@ -560,6 +572,7 @@ def load_samples(root: Path) -> tuple[list[Sample], list[str]]:
                 paths=tuple(paths),
                 truth=tuple(truth) if len(truth) == len(paths) else (),
                 factors=draw_factors(draw, rec),
+                transport=str(rec.get("transport") or "tcp"),
             )
         )
     return out, skipped
@@ -627,7 +640,7 @@ def train_and_eval(
     """Fit on the reference set (traces under `root`, or a features file) and evaluate; write
     the model, the reference summaries beside it, and the evaluation."""
     samples, summ, source = reference_data(root, features=features, workers=workers)
-    train = [s for s in samples if s.set == "train"]
+    train = [s for s in samples if s.set in ("train", "quic_train")]
     if not train:
         raise ReferenceFeaturesError(
             f"no training measurements under {root}; `ccscope collect` measures them"

@@ -51,11 +51,23 @@ class Discovery:
     pages: int = 0
     probes: int = 0
     robots_skipped: int = 0
+    alt_svc: str | None = None  # the home page's Alt-Svc header (HTTP/3 discovery, crawler/h3.py)
     errors: list[str] = field(default_factory=list)
     top: list[Candidate] = field(default_factory=list)  # the largest few, for the record
+    reason: str = ""  # why no object was picked (robots.txt, errors, nothing found)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @staticmethod
+    def reason_of(detail: dict[str, Any]) -> str:
+        """The reason recorded with a discovery (a cached one may predate the field)."""
+        if detail.get("reason"):
+            return str(detail["reason"])
+        errors = detail.get("errors") or []
+        if errors:
+            return str(errors[0])
+        return f"no object found ({detail.get('pages', 0)} pages, {detail.get('probes', 0)} probes)"
 
 
 class _Links(HTMLParser):
@@ -128,6 +140,8 @@ def find_largest_object(base_url: str, *, client: SafeClient, limits: Limits | N
             return []
         out.pages += 1
         r = client.request("GET", url, max_bytes=lim.page_bytes, deadline=deadline)
+        if depth == 0 and r.headers.get("alt-svc"):
+            out.alt_svc = r.headers["alt-svc"][:4096]
         if r.status != 200:
             return []
         if not r.truncated:
@@ -160,6 +174,7 @@ def find_largest_object(base_url: str, *, client: SafeClient, limits: Limits | N
 
     if not robots.allowed(base_url):
         out.robots_skipped += 1
+        out.reason = f"robots.txt: {robots.why_not(base_url)}"
         return out
     level1 = guarded(fetch_page, base_url, 0) or []
     level2: list[str] = []
@@ -186,4 +201,8 @@ def find_largest_object(base_url: str, *, client: SafeClient, limits: Limits | N
     pick = big[0] if big else (usable[0] if usable else None)
     if pick is not None:
         out.url, out.size, out.meets_preference = pick.url, pick.size, pick.size >= lim.prefer_bytes
+    else:
+        out.reason = Discovery.reason_of(asdict(out))
+        if out.robots_skipped and not out.errors:
+            out.reason += f"; robots.txt kept {out.robots_skipped} links out"
     return out

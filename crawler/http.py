@@ -1,7 +1,8 @@
 """The crawler's HTTP client: every request, and every redirect hop, goes to a vetted address.
 
-Each URL is resolved and checked by `ccscope.targets.resolve_target` (public addresses only
-unless lab mode), then the connection goes to that very address (Host header and TLS SNI carry
+Each URL, and each redirect hop, is resolved and checked by the client's `TargetPolicy`
+(public addresses only; lab mode adds the lab's own prefixes), then the connection goes to that
+very address (Host header and TLS SNI carry
 the name), so a DNS answer that changes between the check and the connect cannot redirect us to
 an internal address. Bodies are read to a cap and a deadline, never to their end.
 """
@@ -18,7 +19,7 @@ import httpx
 
 from ccscope.errors import TargetRefused
 from ccscope.identity import USER_AGENT
-from ccscope.targets import resolve_target
+from ccscope.targets import TargetPolicy
 
 MAX_REDIRECTS = 5
 
@@ -45,12 +46,13 @@ class SafeClient:
         timeout: float = 10.0,
         verify: bool | ssl.SSLContext = True,  # a context with the lab CA, in the lab
         user_agent: str = USER_AGENT,
+        policy: TargetPolicy | None = None,  # default: lab mode's if `lab` (or CCSCOPE_LAB=1)
     ) -> None:
-        self.lab = lab
+        self.policy = policy or TargetPolicy.from_mode(lab)
         self.timeout = timeout
         self.user_agent = user_agent
         self.requests = 0
-        if lab and verify is True:
+        if self.policy.lab and verify is True:
             verify = _lab_tls_context()
         # No environment proxies: a proxy would connect to names we did not vet.
         self._client = httpx.Client(
@@ -85,7 +87,7 @@ class SafeClient:
         current = url
         redirects: list[str] = []
         for _ in range(MAX_REDIRECTS + 1):
-            target = resolve_target(current, lab=self.lab)
+            target = self.policy.resolve(current)
             addr = target.addresses[0]
             host_in_url = f"[{addr}]" if ipaddress.ip_address(addr).version == 6 else addr
             pinned = f"{target.scheme}://{host_in_url}:{target.port}{target.path}"

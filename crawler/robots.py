@@ -19,6 +19,7 @@ from protego import Protego  # type: ignore[import-untyped]
 from ccscope.crawler.http import CrawlError, SafeClient
 from ccscope.errors import TargetRefused
 from ccscope.identity import ROBOTS_AGENT
+from ccscope.targets import TargetPolicy
 
 MAX_ROBOTS_BYTES = 512 * 1024  # RFC 9309 asks parsers to read at least 500 KiB
 
@@ -75,12 +76,18 @@ class RobotsAnswer:
 
 
 def check_url(
-    url: str, *, client: SafeClient | None = None, lab: bool = False, timeout: float = 10.0
+    url: str,
+    *,
+    client: SafeClient | None = None,
+    lab: bool = False,
+    timeout: float = 10.0,
+    policy: TargetPolicy | None = None,
 ) -> RobotsAnswer:
     """May ccscope fetch `url`, by its site's robots.txt? One request (through a SafeClient,
-    so the robots.txt host is vetted like any target), bounded by `timeout` seconds."""
+    so the robots.txt host and every redirect hop are vetted by `policy` like any target),
+    bounded by `timeout` seconds."""
     own = client is None
-    c = client or SafeClient(lab=lab, timeout=timeout)
+    c = client or SafeClient(lab=lab, timeout=timeout, policy=policy)
     try:
         robots = Robots(c, url, time.monotonic() + timeout)
     finally:

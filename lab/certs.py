@@ -21,6 +21,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from ccscope.errors import LabError
 
 CA_DAYS = 3650
+# The CA signs for the lab and nothing else: a client that trusts it (the lab-mode crawler
+# trusts it beside the system's CAs) cannot be fooled by it about any other name or address.
+CA_CONSTRAINTS = x509.NameConstraints(
+    permitted_subtrees=[x509.DNSName("lab.test"), x509.IPAddress(ipaddress.ip_network("198.18.0.0/16"))],
+    excluded_subtrees=None,
+)
 LEAF_DAYS = 397  # within the 398-day limit browsers apply to server certificates
 RENEW_BEFORE = dt.timedelta(days=30)
 
@@ -72,6 +78,11 @@ def _load_ca(p: CertPaths) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey
         return None
     if cert.not_valid_after_utc - _now() < RENEW_BEFORE:
         return None
+    try:
+        if cert.extensions.get_extension_for_class(x509.NameConstraints).value != CA_CONSTRAINTS:
+            return None
+    except x509.ExtensionNotFound:
+        return None  # a CA from before it was constrained: make a new one (and new leaves)
     return cert, key
 
 
@@ -107,6 +118,7 @@ def _make_ca(p: CertPaths) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey
             critical=True,
         )
         .add_extension(ski, critical=False)
+        .add_extension(CA_CONSTRAINTS, critical=True)
         .sign(key, hashes.SHA256())
     )
     _write_private(p.ca_key, _key_pem(key))

@@ -54,6 +54,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     q.add_argument("--cross-sources", action="store_true",
                    help="run TCP (reno/cubic/bbr) and UDP cross-traffic sources on 198.18.N.2")  # fmt: skip
     q.add_argument(
+        "--quic",
+        nargs="?",
+        const="all",
+        metavar="LABELS",
+        help="also run the QUIC servers (lab/quic: quiche, aioquic, quic-go with their CCAs, "
+        "<cca>.<stack>.lab.test): all that can run here, or comma-separated labels like quiche:cubic",
+    )
+    q.add_argument(
         "--instance",
         type=int,
         default=0,
@@ -105,6 +113,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         mss=args.mss,
         nginx=args.nginx,
         cross_sources=args.cross_sources,
+        quic=tuple(q.strip() for q in (args.quic or "").split(",") if q.strip()),
     )
     lab = Lab(args.state_dir)
     st = lab.up(params, timeout=args.timeout)
@@ -116,6 +125,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     for s in st["servers"]:
         extra = f"  http://{s['hostname']}:{s['nginx_port']}/ (nginx)" if s.get("nginx_port") else ""
         print(f"  {s['cca']:>8}  {s['addr']:<14} {s['https_url']}{extra}")
+    for q in st.get("quic_servers") or []:
+        print(f"  {q['label']:>16}  {q['addr']:<14} {q['https_url']} (HTTP/3)")
     print(f"hosts file: {st['hosts_file']}\nCA:         {st['ca_file']}")
     print(f"ground truth: {st['groundtruth_dir']}")
     return 0

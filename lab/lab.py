@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ccscope.errors import CCScopeError, LabError
+from ccscope.errors import CCScopeError, LabError, LabNotUp
 from ccscope.lab.certs import ensure_certs
 from ccscope.lab.registry import (
     DEFAULT_CCAS,
@@ -114,7 +114,7 @@ def lab_ca_file(state_dir: str | Path | None = None) -> Path:
 def _existing(p: Path, state_dir: str | Path | None) -> Path:
     if not p.is_file():
         hint = f" --state-dir {state_dir}" if state_dir is not None else ""
-        raise LabError(f"the lab is not up ({p} is missing): run `ccscope lab up{hint}`")
+        raise LabNotUp(f"the lab is not up ({p} is missing): run `ccscope lab up{hint}`")
     return p
 
 
@@ -156,9 +156,15 @@ class LabParams:
     nginx: bool = False  # also serve every CCA with nginx (HTTP, sendfile) on port 8080
     nginx_root: str | None = None  # where nginx's obj/<N> files are (default /var/tmp/ccscope-objects)
     cross_sources: bool = False  # TCP (reno/cubic/bbr) and UDP cross-traffic sources on 198.18.N.2
+    # QUIC servers beside the TCP ones (lab/quic): labels like quiche:cubic, or ("all",)
+    quic: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate", normalize_rate(self.rate))
+        if self.quic:
+            from ccscope.lab.quic.lab import resolve_servers
+
+            object.__setattr__(self, "quic", resolve_servers(tuple(self.quic)))
         try:  # lab names, whichever spelling was given (bic or cc_bic)
             names = tuple(lab_cca(c).name for c in self.ccas)
         except KeyError as e:
@@ -202,6 +208,7 @@ class LabParams:
         d = asdict(self)
         d["ccas"] = list(self.ccas)
         d["sites"] = [list(x) for x in self.sites]
+        d["quic"] = list(self.quic)
         return d
 
     @classmethod
@@ -210,6 +217,8 @@ class LabParams:
         kw = {k: v for k, v in d.items() if k in known}
         if "sites" in kw:
             kw["sites"] = tuple((str(h), str(c)) for h, c in kw["sites"])
+        if "quic" in kw:
+            kw["quic"] = tuple(str(q) for q in kw["quic"])
         return cls(**kw)
 
 
@@ -355,16 +364,19 @@ class Lab:
         _check_prefix_free(prefix)
         specs = [replace(lab_cca(c), addr=lab_cca(c).addr_in(params.instance)) for c in params.ccas]
         _check_ccas(tuple(s.kernel for s in specs))
-        names = [f"*.{LAB_DOMAIN}", LAB_DOMAIN, *(s.hostname for s in specs)]
-        certs = ensure_certs(self.cert_dir, names, [s.addr for s in specs])
+        quic = _quic_specs(params)
+        names = [f"*.{LAB_DOMAIN}", LAB_DOMAIN, *(s.hostname for s in specs), *_quic_cert_names(quic)]
+        quic_addrs = [q.addr_in(params.instance) for q in quic]
+        certs = ensure_certs(self.cert_dir, names, [s.addr for s in specs] + quic_addrs)
         self.gt_dir.mkdir(parents=True, exist_ok=True)
-        self._write_hosts(specs, params.sites)
+        self._write_hosts(specs, params.sites, [(q.addr_in(params.instance), q.hostname) for q in quic])
         cross_port = _free_udp_port() if params.cross_traffic_kbit > 0 else 0
         xaddr = infra_addr(params.instance) if params.cross_sources else None
         from ccscope.lab.nginx import DEFAULT_OBJECT_ROOT, NGINX_PORT
 
         cfg = ServerConfig(
-            servers=[ListenerSpec(cca=s.name, addr=s.addr, kernel_cca=s.kernel) for s in specs],
+            servers=[ListenerSpec(cca=s.name, addr=s.addr, kernel_cca=s.kernel) for s in specs]
+            + _quic_companions(quic, params.instance),
             groundtruth_dir=str(self.gt_dir),
             cert_file=str(certs.cert),
             key_file=str(certs.key),
@@ -385,15 +397,26 @@ class Lab:
         for stale in (self.cross_stats, self.link_stats):
             stale.unlink(missing_ok=True)
 
+        server_cmd = [sys.executable, "-m", "ccscope.lab.server", "--config", str(self.config_file)]
+        if quic:
+            from ccscope.lab.quic import lab as quic_lab
+
+            qcfg = quic_lab.write_config(self.dir / "quic.json", quic, instance=params.instance,
+                                         cert=str(certs.cert), key=str(certs.key),
+                                         groundtruth_dir=self.gt_dir, large=params.large_bytes)  # fmt: skip
+            server_cmd = quic_lab.wrap(qcfg, server_cmd)
         tables_before = _nft_tables()
         r, w = os.pipe()
         argv = link_argv(
             [*params.link_args(), "--route", prefix,
              *[a for s in specs for a in ("--inner-addr", f"{s.addr}/32")],
              *(["--inner-addr", f"{xaddr}/32"] if xaddr else []),
-             "--stats", str(self.link_stats), "--ready-fd", str(w)],
-            [sys.executable, "-m", "ccscope.lab.server", "--config", str(self.config_file)],
-            keep_root=True,  # the server sets CCAs, real-time priority and its namespace's routes
+             *[a for q in quic_addrs for a in ("--inner-addr", f"{q}/32")],
+             "--stats", str(self.link_stats), "--ready-fd", str(w),
+             # the servers outlive `lab up`, which only starts them
+             "--detach"],
+            server_cmd,
+            keep_root=True,  # the servers set CCAs, real-time priority, routes, ports 80/443
         )  # fmt: skip
         with self.log_file.open("wb") as log:
             try:
@@ -416,6 +439,7 @@ class Lab:
                 if xaddr
                 else None
             ),
+            "quic_servers": _quic_infos(quic, params.instance),
             "hosts_file": str(self.hosts_file),
             "ca_file": str(certs.ca_cert),
             "cert_file": str(certs.cert),
@@ -464,9 +488,12 @@ class Lab:
             os.close(r)
         return st
 
-    def _write_hosts(self, specs: list[Any], sites: tuple[tuple[str, str], ...] = ()) -> None:
+    def _write_hosts(
+        self, specs: list[Any], sites: tuple[tuple[str, str], ...] = (), extra: list[tuple[str, str]] = ()
+    ) -> None:
         lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
         lines += [f"{s.addr}\t{s.hostname}" for s in specs]
+        lines += [f"{addr}\t{host}" for addr, host in extra]
         addr = {s.name: s.addr for s in specs}
         lines += [f"{addr[cca]}\t{host}" for host, cca in sites]
         lines.append(f"{specs[0].addr}\t{LAB_DOMAIN}")  # the bare domain: the first server
@@ -490,6 +517,7 @@ class Lab:
             results = _check_servers(st["servers"], ctx, timeout=1.0)
             last = [f"{s['hostname']}: {h['error']}" for s, h in zip(st["servers"], results,
                     strict=True) if not h["ok"]]  # fmt: skip
+            last += _quic_problems(st, timeout=2.0)
             if not last:
                 return results
             if time.monotonic() > deadline:
@@ -518,6 +546,7 @@ class Lab:
             s.servers.append({**srv, **h})
             if not h["ok"]:
                 s.problems.append(f"{srv['hostname']} ({srv['addr']}): {h['error']}")
+        s.problems += _quic_problems(st, timeout=timeout)
         if st.get("cross_traffic"):
             try:
                 s.cross_traffic = json.loads(Path(st["cross_traffic"]["stats_file"]).read_text())
@@ -551,7 +580,13 @@ class Lab:
                     "the lab did not tear down cleanly: " + "; ".join(leftovers)
                     + f" (state kept in {self.state_file})"
                 )  # fmt: skip
-        for f in (self.state_file, self.hosts_file, self.config_file, self.cross_stats):
+        for f in (
+            self.state_file,
+            self.hosts_file,
+            self.config_file,
+            self.cross_stats,
+            self.dir / "quic.json",
+        ):
             f.unlink(missing_ok=True)
         if purge:
             shutil.rmtree(self.gt_dir, ignore_errors=True)
@@ -572,6 +607,53 @@ class Lab:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def _quic_specs(params: LabParams) -> list[Any]:
+    if not params.quic:
+        return []
+    from ccscope.lab.quic.lab import specs
+
+    return specs(params.quic)
+
+
+def _quic_companions(quic: list[Any], instance: int) -> list[ListenerSpec]:
+    """HTTP(S) over TCP on each QUIC server's address too, as a real HTTP/3 site has (clients
+    and the crawler find it over TCP first); kernel CUBIC, the TCP side is not ground truth."""
+    return [
+        ListenerSpec(cca=f"{q.short}.{q.stack}", addr=q.addr_in(instance), kernel_cca="cubic") for q in quic
+    ]
+
+
+def _quic_cert_names(quic: list[Any]) -> list[str]:
+    if not quic:
+        return []
+    from ccscope.lab.quic.lab import cert_names
+
+    return cert_names(quic)
+
+
+def _quic_infos(quic: list[Any], instance: int) -> list[dict[str, Any]]:
+    if not quic:
+        return []
+    from ccscope.lab.quic.lab import server_infos
+
+    return server_infos(quic, instance)
+
+
+def _quic_problems(st: dict[str, Any], timeout: float) -> list[str]:
+    """The QUIC servers' /health over HTTP/3 (lab/quic); [] when the lab has none."""
+    qs = st.get("quic_servers") or []
+    if not qs:
+        return []
+    from ccscope.lab.quic.lab import check
+
+    res = check(qs, Path(st["ca_file"]), timeout)
+    return [
+        f"{q['hostname']} ({q['addr']}, QUIC): {h['error']}"
+        for q, h in zip(qs, res, strict=True)
+        if not h["ok"]
+    ]
 
 
 def _server_info(cca: str, addr: str, kernel: str) -> LabServerInfo:

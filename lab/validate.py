@@ -460,8 +460,11 @@ class Ctx:
         parts.append("wait")
         from ccscope.capture.shell import link_argv
 
+        # `pre` commands set sysctls of the client's namespace: they need root there.
         argv = link_argv(
-            ["--quiet", "--hosts", str(self.hosts), *path.link_args()], ["/bin/sh", "-c", "\n".join(parts)]
+            ["--quiet", "--hosts", str(self.hosts), *path.link_args()],
+            ["/bin/sh", "-c", "\n".join(parts)],
+            keep_root=bool(pre),
         )
         t0 = time.monotonic()
         # Clients that resolve lab names themselves must use this lab's hosts file too (the

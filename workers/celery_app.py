@@ -19,10 +19,12 @@ from typing import Any
 from celery import Celery
 from celery.beat import PersistentScheduler
 from celery.schedules import crontab
+from celery.signals import worker_init
 from sqlalchemy.exc import OperationalError
 
+from ccscope.errors import CCScopeError
 from ccscope.settings import settings
-from ccscope.store.core import Store
+from ccscope.store.core import Store, validate_cron
 from ccscope.workers.tasks import (
     Transient,
     WorkerConfig,
@@ -33,6 +35,7 @@ from ccscope.workers.tasks import (
     queued_ids,
     run_measurement,
     shortfall,
+    sweep_scratch,
 )
 
 log = logging.getLogger("ccscope.workers")
@@ -82,6 +85,12 @@ def get_store() -> Store:
             _store = Store()
             _store.migrate()
         return _store
+
+
+@worker_init.connect
+def _sweep_at_start(**_: Any) -> None:
+    """Runs killed with an earlier worker left their pcaps behind: remove them before work."""
+    sweep_scratch(WorkerConfig.from_env("startup").out_root)
 
 
 def _backoff(retries: int) -> float:
@@ -143,12 +152,14 @@ def requeue_stale_task(older_than_seconds: float = WorkerConfig.stale_after_seco
 
 
 def _crontab(schedule: str) -> crontab:
-    minute, hour, dom, month, dow = schedule.split()
+    minute, hour, dom, month, dow = validate_cron(schedule).split()
     return crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
 
 
 def beat_schedule(store: Store) -> dict[str, dict[str, Any]]:
-    """Beat entries for the enabled campaigns, plus the stale-measurement sweep."""
+    """Beat entries for the enabled campaigns, plus the stale-measurement sweep. A campaign
+    whose schedule cannot be scheduled (stored before the API validated schedules, or written
+    to the database by hand) is logged and left out: it must not cost the others theirs."""
     entries: dict[str, dict[str, Any]] = {
         "ccscope-requeue-stale": {
             "task": "ccscope.requeue_stale",
@@ -161,9 +172,14 @@ def beat_schedule(store: Store) -> dict[str, dict[str, Any]]:
         page, total = store.list_campaigns(limit=200, offset=offset)
         for c in page:
             if c.enabled:
+                try:
+                    when = _crontab(c.schedule)
+                except CCScopeError as e:
+                    log.error("campaign %s (%s) is not scheduled: %s", c.id, c.name, e)
+                    continue
                 entries[f"campaign-{c.id}"] = {
                     "task": "ccscope.plan_campaign",
-                    "schedule": _crontab(c.schedule),
+                    "schedule": when,
                     "args": (c.id,),
                     "options": {"queue": "ccscope.control"},
                 }

@@ -13,7 +13,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class SiteResult:
     confidence: float | None = None
     truth: str | None = None  # the site's real CCA, when known (lab)
     reason: str | None = None  # why a failed row failed
+    transport: str = "tcp"
 
     @property
     def outcome(self) -> str:
@@ -74,6 +75,7 @@ class CensusReport:
     shares: list[CensusRow]
     seconds: float
     concurrency: int
+    transports: list[str] = field(default_factory=lambda: ["tcp"])
 
     def scores(self, vantage: str | None = None) -> dict[str, Any]:
         rows = [r for r in self.results if vantage is None or r.vantage == vantage]
@@ -102,6 +104,7 @@ class CensusReport:
             "sites": self.sites,
             "vantages": self.vantages,
             "profiles": self.profiles,
+            "transports": self.transports,
             "seconds": round(self.seconds, 1),
             "concurrency": self.concurrency,
             "shares": [
@@ -155,9 +158,10 @@ def run_census(
     concurrency: int = 16,
     timeout: float = 120.0,
     campaign_name: str | None = None,
-    truth: Callable[[str], str | None] | None = None,
+    truth: Callable[..., str | None] | None = None,
     worker_overrides: dict[str, Any] | None = None,
     progress: bool = True,
+    transports: Sequence[str] = ("tcp",),
 ) -> CensusReport:
     """Create a one-off campaign over the top `top` sites and run it now from every vantage
     point (each its own pool of `concurrency` concurrent measurements). `progress`: a bar of
@@ -174,7 +178,7 @@ def run_census(
         name,
         list_name,
         top,
-        ["tcp"],
+        list(transports),
         ["default"],  # one measurement downloads through every profile in `profiles`
         [v.name for v in vantages],
         "0 0 1 1 *",  # a one-off: beat would run it yearly if it were enabled, and it is not
@@ -228,34 +232,44 @@ def run_census(
         shares=store.census(campaign_id=c.id),
         seconds=seconds,
         concurrency=concurrency,
+        transports=list(transports),
     )
 
 
 def _site_result(
-    store: Store, mid: int, truth: Callable[[str], str | None] | None, error: str | None = None
+    store: Store, mid: int, truth: Callable[..., str | None] | None, error: str | None = None
 ) -> SiteResult:
     m = store.get_measurement(mid)
-    r = SiteResult(mid, m.site.domain, m.vantage.name, m.state, reason=m.failure_reason or error)
+    r = SiteResult(
+        mid, m.site.domain, m.vantage.name, m.state, reason=m.failure_reason or error, transport=m.transport
+    )
     v = store.get_verdict(mid)
     if v is not None:
         r.label, r.kind, r.confidence = v.label, v.kind, round(v.confidence, 3)
         r.display = str(v.evidence.get("display") or v.label)
     if truth is not None:
-        r.truth = truth(m.site.domain)
+        r.truth = truth(m.site.domain, m.transport)
     return r
 
 
-def lab_truth(state_dir: str | Path | None = None) -> Callable[[str], str | None]:
-    """Domain -> the CCA its lab server runs (by the address the lab's hosts file gives it),
-    under the classifier's label for it."""
+def lab_truth(state_dir: str | Path | None = None) -> Callable[..., str | None]:
+    """(domain, transport) -> the CCA its lab server runs over that transport (by the address
+    the lab's hosts file gives it), under the classifier's label for it. Over QUIC that is the
+    TCP family the stack's CCA implements (quiche:cubic -> cubic): the class today's
+    classifier can name."""
     from ccscope.classifier.dataset import label_of
+    from ccscope.classifier.quic_dataset import family
     from ccscope.lab.lab import Lab, lab_resolve
 
-    by_addr = {s.addr: s.cca for s in Lab(state_dir).servers()}
+    lab = Lab(state_dir)
+    by_addr = {s.addr: s.cca for s in lab.servers()}
+    quic_by_addr = {q["addr"]: q["label"] for q in (lab.state() or {}).get("quic_servers") or []}
 
-    def truth(domain: str) -> str | None:
+    def truth(domain: str, transport: str = "tcp") -> str | None:
         for a in lab_resolve(domain, state_dir):
-            if a in by_addr:
+            if transport == "quic" and a in quic_by_addr:
+                return family(quic_by_addr[a])
+            if transport == "tcp" and a in by_addr:
                 return label_of(by_addr[a])
         return None
 
@@ -274,7 +288,8 @@ def format_report(rep: CensusReport) -> str:
     n_sites, n_v = len(rep.sites), len(rep.vantages)
     out.append(
         f"census {rep.campaign!r} (campaign {rep.campaign_id}): top {n_sites} sites of {rep.list_name} "
-        f"x {n_v} vantage point{'s' if n_v != 1 else ''}, tcp, profiles {'+'.join(rep.profiles)}; "
+        f"x {n_v} vantage point{'s' if n_v != 1 else ''}, {'+'.join(rep.transports)}, "
+        f"profiles {'+'.join(rep.profiles)}; "
         f"{len(rep.results)} measurements in {rep.seconds:.0f} s ({rep.concurrency} concurrent per vantage)"
     )
     # Shares: one column per vantage point.

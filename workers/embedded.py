@@ -28,6 +28,7 @@ from ccscope.workers.tasks import (
     plan_campaign,
     queued_ids,
     run_measurement,
+    sweep_scratch,
 )
 
 log = logging.getLogger("ccscope.workers")
@@ -46,6 +47,8 @@ class EmbeddedWorkers:
     ) -> None:
         self.store = store
         self.configs = {c.vantage: c for c in configs}
+        for root in {c.out_root for c in self.configs.values()}:
+            sweep_scratch(root)  # what runs killed with an earlier process left
         self.pools = {
             v: ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"measure-{v}")
             for v in self.configs

@@ -10,8 +10,9 @@ delivered twice, or re-run after its worker was killed, finishes the measurement
   (no heartbeat) for longer than `stale_after_seconds` its worker died -> requeue and run it;
 * queued: take the site's lease, -> running, download, store traces, -> captured, classify.
 
-Transient problems (site lease busy or too soon after the last visit, a lab/network hiccup) raise
-`Transient`; the callers retry with backoff. Everything else fails the row with a reason.
+Transient problems (site lease busy or too soon after the last visit, a download whose failure's
+kind is in RETRIED_KINDS) raise `Transient`; the callers retry with backoff. Everything else, and
+a refused connection on its CONNECTION_REFUSED_ATTEMPTS-th attempt, fails the row with a reason.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -26,31 +29,45 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ccscope.errors import CCScopeError
+from ccscope.errors import CaptureError, CCScopeError
 from ccscope.settings import settings
 from ccscope.store.blobs import BlobError
 from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
 from ccscope.store.models import Campaign, Measurement, utcnow
+from ccscope.transports import get_transport
 
 log = logging.getLogger("ccscope.workers")
 TRACE_MEDIA_TYPE = "application/json"
 PCAP_MEDIA_TYPE = "application/vnd.tcpdump.pcap"
 
-# Errors of a download that say "try again later" rather than "this site cannot be measured".
-_TRANSIENT_MARKS = (
-    "timed out",
-    "timeout",
-    "temporarily",
-    "connection reset",
-    "connection refused",
-    "network is unreachable",
-    "no route to host",
-    "lab is not up",
-)
+# A target that refuses connections has answered, if not on the first try (a restart, a full
+# accept queue): this many attempts, then the measurement fails for good.
+CONNECTION_REFUSED_ATTEMPTS = 3
+
+# The failures worth another attempt, by kind (CCScopeError.kind, capture.fetch's error_kind),
+# with how many attempts each gets (None: the caller's whole retry budget). Any other kind
+# (target_refused, tls, protocol, redirects, capture, shell...) fails the measurement at once.
+RETRIED_KINDS: dict[str, int | None] = {
+    "connection_refused": CONNECTION_REFUSED_ATTEMPTS,
+    "timeout": None,
+    "unreachable": None,
+    "network": None,  # reset, or closed before the response
+    "dns_temporary": None,
+    "lab_down": None,  # the lab is (re)starting
+}
+
+
+# What the QUIC client reports for a server that answers QUIC only partly (capture/quic).
+_DEFINITIVE_QUIC = frozenset({"version_negotiation", "handshake_timeout", "no_h3", "tls", "refused", "h3"})
 
 
 class Transient(CCScopeError):
-    """Retry the task later (with backoff); the measurement row is left as it is."""
+    """Retry the task later (with backoff); the measurement row is left as it is. `kind` says
+    why: "busy" (another delivery, the site lease) or a failed download's kind."""
+
+    def __init__(self, message: str, kind: str = "busy") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -124,11 +141,6 @@ def _holder(measurement_id: int) -> str:
     return f"measurement-{measurement_id}"
 
 
-def _is_transient(message: str) -> bool:
-    low = message.lower()
-    return any(m in low for m in _TRANSIENT_MARKS)
-
-
 def _profiles_for(m: Measurement, cfg: WorkerConfig) -> tuple[str, ...]:
     if m.profile in ("", "default"):
         return cfg.profiles
@@ -154,13 +166,8 @@ def _classify_stored(store: Store, measurement_id: int) -> Outcome:
     stored = [t for t in m.traces if t.media_type == TRACE_MEDIA_TYPE]
     if not stored:
         return _fail(store, measurement_id, "captured without traces")
-    with tempfile.TemporaryDirectory(prefix="ccscope-classify-") as tmp:
-        traces = []
-        for i, t in enumerate(stored):
-            p = Path(tmp) / f"{i}.trace.json"
-            p.write_bytes(store.read_trace(t.sha256))
-            traces.append(Trace.load(p))
     try:
+        traces = [Trace.from_bytes(store.read_trace(t.sha256), f"trace {t.sha256[:12]}") for t in stored]
         verdict = classify(traces)
     except CCScopeError as e:
         return _fail(store, measurement_id, f"classification failed: {e}")
@@ -170,13 +177,28 @@ def _classify_stored(store: Store, measurement_id: int) -> Outcome:
     return Outcome(measurement_id, store.get_measurement(measurement_id).state, detail=verdict.display)
 
 
+class NotOffered(CCScopeError):
+    """The site does not offer this transport (a QUIC row for a site without HTTP/3)."""
+
+
 def _find_url(store: Store, m: Measurement, cfg: WorkerConfig) -> str | None:
     if m.url:
         return m.url
     from ccscope.crawler.site import object_for_site
 
     url, _size, _cached = object_for_site(store, m.site.domain, lab=cfg.lab)
-    return url
+    if url is None or m.transport != "quic":
+        return url
+    # QUIC: the crawled object, where the site serves it over HTTP/3 (Alt-Svc, else one probe)
+    from ccscope.crawler.site import quic_url_for_site
+
+    offer = quic_url_for_site(store, m.site.domain, url, lab=cfg.lab)
+    if offer.url is None:
+        raise NotOffered(
+            f"{m.site.domain} does not offer HTTP/3: {offer.how}"
+            + (f" ({offer.detail})" if offer.detail else "")
+        )
+    return offer.url
 
 
 def run_measurement(
@@ -212,8 +234,12 @@ def run_measurement(
     domain = m.site.domain
     if store.is_opted_out(domain):
         return _fail(store, measurement_id, f"{domain} has opted out of measurement")
-    if m.transport != "tcp":
-        return _fail(store, measurement_id, f"transport {m.transport} is not measured by this worker")
+    try:
+        why = get_transport(m.transport).unavailable()
+    except CCScopeError as e:
+        why = str(e)
+    if why:
+        return _fail(store, measurement_id, f"transport {m.transport} is not measured by this worker: {why}")
     if not store.acquire_site(domain, _holder(measurement_id), cfg.lease_seconds, cfg.min_gap_seconds):
         raise Transient(f"{domain} is being measured or was measured too recently")
     try:
@@ -255,13 +281,15 @@ def _measure_and_classify(
     mid = m.id
     try:
         url = _find_url(store, m, cfg)
+    except NotOffered as e:
+        return _fail(store, mid, str(e))
     except CCScopeError as e:
         return _fail(store, mid, f"finding an object failed: {e}")
     if not url:
         return _fail(store, mid, f"{m.site.domain} offers no object worth downloading")
     if measure_fn is None:
         from ccscope.capture.measure import measure as measure_fn
-    out = cfg.out_root / cfg.vantage / f"m{mid}-{utcnow().strftime('%Y%m%dT%H%M%S%f')}"
+    out = run_dir(cfg, mid)
     try:
         try:
             res = measure_fn(
@@ -271,11 +299,12 @@ def _measure_and_classify(
                 lab=cfg.lab,
                 timeout=cfg.timeout,
                 max_bytes=cfg.max_bytes,
+                transport=m.transport,
                 **({"access": cfg.access} if cfg.access else {}),
                 **({"concurrent": True} if cfg.concurrent_profiles else {}),
             )
         except CCScopeError as e:
-            return _after_error(store, mid, str(e))
+            return _after_error(store, mid, str(e), e.kind)
         runs = getattr(res, "runs", [])
         # A download cut short still leaves a usable (partial) trace; an HTTP error page does
         # not measure the server's congestion control, so it fails the measurement.
@@ -283,14 +312,21 @@ def _measure_and_classify(
         if refused:
             why = "; ".join(f"{r.profile}: HTTP {r.fetch.get('status')} from {url}" for r in refused)
             return _fail(store, mid, why)
+        # A server that answers QUIC only partly (version negotiation, a Retry loop, no h3, a
+        # handshake that never completes) will not answer better on a retry: fail the row now.
+        definitive = [r for r in runs if (r.fetch or {}).get("error_kind") in _DEFINITIVE_QUIC]
+        if definitive and len(definitive) == len(runs):
+            r0 = definitive[0]
+            return _fail(store, mid, f"QUIC {r0.fetch['error_kind']}: {r0.error}")
         # The sender-aligned trace: the alignment the classifier's model is trained on (the
         # capture-aligned one is what the bottleneck saw, kept in the pcap when asked for).
         files = [
             (r, r.sender_trace_file or r.trace_file) for r in runs if r.sender_trace_file or r.trace_file
         ]
-        errors = [f"{r.profile}: {r.error}" for r in runs if r.error]
+        failed = [r for r in runs if r.error]
         if not files:
-            return _after_error(store, mid, "; ".join(errors) or "the download left no trace")
+            why = "; ".join(f"{r.profile}: {r.error}" for r in failed) or "the download left no trace"
+            return _after_error(store, mid, why, _kind_of([r.error_kind or "error" for r in failed]))
         try:
             for r, path in files:
                 store.add_trace(mid, Path(path).read_bytes(), profile=r.profile)
@@ -308,6 +344,10 @@ def _measure_and_classify(
     finally:
         if not cfg.keep_files:
             shutil.rmtree(out, ignore_errors=True)
+        elif out.is_dir():
+            # Kept on purpose: drop the owner from the name so no sweep takes it for a dead run's.
+            with contextlib.suppress(OSError):
+                out.rename(out.with_name(out.name.rsplit(".", 1)[0]))
     try:
         store.transition(mid, "captured")
     except IllegalTransition:
@@ -316,13 +356,90 @@ def _measure_and_classify(
     return _classify_stored(store, mid)
 
 
-def _after_error(store: Store, mid: int, message: str) -> Outcome:
-    if _is_transient(message):
-        # Give the row back so the retry can take it again from the top.
-        with contextlib.suppress(IllegalTransition):
-            store.transition(mid, "queued")
-        raise Transient(message)
-    return _fail(store, mid, message)
+def _kind_of(kinds: Sequence[str]) -> str:
+    """One kind for a measurement whose profiles all failed: a lasting failure of any profile
+    (a 'tls' beside a 'timeout') makes the whole one lasting; else the most sparingly retried."""
+    if not kinds:
+        return CaptureError.kind  # nothing failed, yet no trace came out
+    lasting = [k for k in kinds if k not in RETRIED_KINDS]
+    if lasting:
+        return lasting[0]
+    return min(kinds, key=lambda k: RETRIED_KINDS[k] or 1_000_000)
+
+
+def _after_error(store: Store, mid: int, message: str, kind: str) -> Outcome:
+    """Fail the row, or give it back to be retried, by the failure's kind and the row's
+    attempts so far (counted by the store across workers and redeliveries)."""
+    if kind not in RETRIED_KINDS:
+        return _fail(store, mid, message)
+    limit = RETRIED_KINDS[kind]
+    attempts = store.get_measurement(mid).attempts
+    if limit is not None and attempts >= limit:
+        return _fail(store, mid, f"{message} ({kind.replace('_', ' ')} on {attempts} attempts)")
+    # Give the row back so the retry can take it again from the top.
+    with contextlib.suppress(IllegalTransition):
+        store.transition(mid, "queued")
+    raise Transient(message, kind)
+
+
+# ---- scratch ----------------------------------------------------------------------------------
+#
+# A run downloads into out_root/<vantage>/m<id>-<time>.<owner>/ (pcaps, stats, traces) and removes
+# it when it ends. A run killed with its worker cannot, so a worker starting up sweeps the run
+# directories whose owner process is gone. The owner is named by pid, the process's start time
+# and the boot, so a reused pid does not pass for it; other workers sharing out_root keep theirs.
+
+_RUN_DIR = re.compile(r"^m\d+-\d{8}T\d{12}\.(?P<pid>\d+)-(?P<start>\d+)-(?P<boot>[0-9a-f]{8})$")
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+    except OSError:
+        return "0" * 8
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot), or None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+def run_dir(cfg: WorkerConfig, measurement_id: int) -> Path:
+    """The scratch directory of one run of a measurement, owned by this process."""
+    pid = os.getpid()
+    owner = f"{pid}-{_start_ticks(pid) or 0}-{_boot_id()}"
+    return cfg.out_root / cfg.vantage / f"m{measurement_id}-{utcnow():%Y%m%dT%H%M%S%f}.{owner}"
+
+
+def sweep_scratch(out_root: Path) -> list[Path]:
+    """Remove the run directories under `out_root` whose owner process is gone; those of live
+    processes, and anything not named as a run directory, stay. Returns what was removed."""
+    swept: list[Path] = []
+    boot = _boot_id()
+    try:
+        vantages = [d for d in out_root.iterdir() if d.is_dir() and not d.is_symlink()]
+    except OSError:
+        return swept
+    for v in vantages:
+        try:
+            runs = list(v.iterdir())
+        except OSError:
+            continue
+        for d in runs:
+            m = _RUN_DIR.match(d.name)
+            if m is None or d.is_symlink() or not d.is_dir():
+                continue
+            if m["boot"] == boot and _start_ticks(int(m["pid"])) == int(m["start"]):
+                continue  # a live run
+            shutil.rmtree(d, ignore_errors=True)
+            swept.append(d)
+    if swept:
+        log.warning("removed the scratch of %d killed run(s) under %s", len(swept), out_root)
+    return swept
 
 
 # ---- campaigns --------------------------------------------------------------------------------
@@ -368,10 +485,13 @@ def shortfall(top_n: int, available: int, list_name: str) -> str | None:
 
 def cron_slot(schedule: str, now: dt.datetime | None = None) -> str:
     """The most recent minute (UTC, ISO) at or before `now` that `schedule` fires on: the slot a
-    beat tick belongs to, so a late or repeated tick still names the same slot."""
+    beat tick belongs to, so a late or repeated tick still names the same slot. A schedule that
+    is not valid cron (stored before the API checked it) raises StoreError with the reason."""
     from celery.schedules import crontab
 
-    minute, hour, dom, month, dow = schedule.split()
+    from ccscope.store.core import validate_cron
+
+    minute, hour, dom, month, dow = validate_cron(schedule).split()
     cr = crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
     t = (now or utcnow()).astimezone(dt.UTC).replace(second=0, microsecond=0)
     day = t.replace(hour=0, minute=0)
@@ -400,6 +520,8 @@ def queued_ids(planned: Sequence[Planned]) -> dict[str, list[int]]:
 
 
 __all__ = [
+    "CONNECTION_REFUSED_ATTEMPTS",
+    "RETRIED_KINDS",
     "Outcome",
     "Planned",
     "StoreError",
@@ -410,6 +532,8 @@ __all__ = [
     "is_stale",
     "plan_campaign",
     "queued_ids",
+    "run_dir",
     "run_measurement",
     "shortfall",
+    "sweep_scratch",
 ]

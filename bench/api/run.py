@@ -459,6 +459,11 @@ def main() -> int:
             log(f"loaded {data['verdicts']} verdicts for {args.domains} domains in {load_s:.1f} s")
 
             port = free_port()
+            # Started as root, the API serves as the unprivileged ccscope user: let it reach its
+            # trace directory.
+            os.chmod(tmp, 0o711)
+            (tmp / "traces").mkdir(exist_ok=True)
+            os.chmod(tmp / "traces", 0o777)
             cmd = [sys.executable, "-m", "ccscope.api.server", "--port", str(port), "--db", url,
                    "--traces", str(tmp / "traces")]  # fmt: skip
             if args.workers:

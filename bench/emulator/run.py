@@ -146,7 +146,9 @@ def pct(xs, q):
 
 def ping_rtts(args, count=100, interval=0.01):
     st = TMP / "ping.json"
-    r = shell(args, ["sh", "-c", f"ping -n -c {count} -i {interval} $CCSCOPE_SHELL_OUTER_ADDR"], stats=st)
+    # ping needs CAP_NET_RAW (a file capability), which a shell's command no longer has.
+    cmd = ["sh", "-c", f"ping -n -c {count} -i {interval} $CCSCOPE_SHELL_OUTER_ADDR"]
+    r = shell([*args, "--keep-root"], cmd, stats=st)
     rtts = [float(m) for m in re.findall(r"time=([\d.]+) ms", r.stdout)]
     return rtts, load(st)
 

@@ -50,8 +50,10 @@ def register(subparsers: Any) -> None:
 
     p = with_db(subparsers.add_parser("crawl", help="find the largest object worth downloading on a site"))
     p.add_argument("domain")
-    p.add_argument("--lab", action="store_true", help="allow private/loopback targets (lab mode)")
-    p.add_argument("--ttl", type=float, default=7 * 24 * 3600, help="cache lifetime, seconds")
+    p.add_argument("--lab", action="store_true", help="also allow the lab's own prefixes (lab mode)")
+    p.add_argument(
+        "--ttl", type=float, default=7 * 24 * 3600, help="cache lifetime, seconds (0: ask the site afresh)"
+    )
     p.set_defaults(func=cmd_crawl)
 
     p = with_db(
@@ -133,11 +135,14 @@ def cmd_optout(args: argparse.Namespace) -> int:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from ccscope.crawler.site import object_for_site
+    from ccscope.crawler.site import pick_object
 
-    url, size, cached = object_for_site(_store(args), args.domain, lab=args.lab, ttl_seconds=args.ttl)
-    print(json.dumps({"domain": args.domain, "url": url, "size": size, "cached": cached}))
-    return 0 if url else 4
+    p = pick_object(_store(args), args.domain, lab=args.lab, ttl_seconds=args.ttl)
+    out = {"domain": args.domain, "url": p.url, "size": p.size, "cached": p.cached}
+    if not p.url:
+        out["reason"] = p.reason
+    print(json.dumps(out))
+    return 0 if p.url else 4
 
 
 def cmd_api(args: argparse.Namespace) -> int:

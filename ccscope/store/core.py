@@ -25,7 +25,8 @@ from sqlalchemy import Engine, Integer, bindparam, create_engine, delete, event,
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ccscope.errors import CCScopeError
+from ccscope.errors import CCScopeError, ProfileError
+from ccscope.profile import check_profile_choice
 from ccscope.settings import settings
 from ccscope.store.blobs import BlobStore, open_blobs
 from ccscope.store.models import (
@@ -44,6 +45,7 @@ from ccscope.store.models import (
     VerdictRow,
     utcnow,
 )
+from ccscope.transports import TRANSPORTS
 from ccscope.verdict import Verdict
 
 log = logging.getLogger("ccscope.store")
@@ -57,7 +59,6 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "classified": frozenset(),
     "failed": frozenset(),
 }
-TRANSPORTS = ("tcp", "quic")
 _CRON_FIELD = re.compile(r"^(\*|\d{1,2}(-\d{1,2})?)(/\d{1,2})?(,(\*|\d{1,2}(-\d{1,2})?)(/\d{1,2})?)*$")
 _DOMAIN_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 
@@ -109,10 +110,29 @@ def normalize_domain(domain: str) -> str:
     return d
 
 
+_CRON_FIELDS = (("minute", 60, 0), ("hour", 24, 0), ("day of month", 31, 1), ("month", 12, 1),
+                ("day of week", 7, 0))  # fmt: skip
+
+
 def validate_cron(expr: str) -> str:
+    """A 5-field cron expression (UTC) that Celery beat can schedule and that fires at all;
+    raises StoreError with the reason. Parsed by Celery's own crontab parser (what beat runs),
+    field by field so the reason names the field, then as a whole (`0 3 30 2 *` never fires)."""
+    from celery.schedules import ParseException, crontab, crontab_parser
+
     fields = expr.split()
     if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
-        raise StoreError(f"not a 5-field cron expression: {expr!r}")
+        raise StoreError(f"not a 5-field cron expression of numbers, *, -, / and ,: {expr!r}")
+    for (name, size, first), f in zip(_CRON_FIELDS, fields, strict=True):
+        try:
+            crontab_parser(size, first).parse(f)
+        except (ParseException, ValueError) as e:
+            raise StoreError(f"cron {name} field {f!r}: {e}") from None
+    minute, hour, dom, month, dow = fields
+    try:
+        crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
+    except (ParseException, ValueError) as e:
+        raise StoreError(f"cron {expr!r} never fires: {e}") from None
     return " ".join(fields)
 
 
@@ -1063,8 +1083,13 @@ def _campaign_fields(**kw: Any) -> dict[str, Any]:
         out["transports"] = ts
     if kw.get("profiles") is not None:
         ps = list(dict.fromkeys(kw["profiles"]))
-        if not ps or any(not re.match(r"^[A-Za-z0-9_.:-]{1,64}$", p) for p in ps):
+        if not ps or any(not re.match(r"^[A-Za-z0-9_.:+-]{1,64}$", p) for p in ps):
             raise StoreError("profiles must be a non-empty list of profile names")
+        for p in ps:
+            try:
+                check_profile_choice(p)
+            except ProfileError as e:
+                raise StoreError(str(e)) from None
         out["profiles"] = ps
     if kw.get("schedule") is not None:
         out["schedule"] = validate_cron(kw["schedule"])

@@ -18,7 +18,7 @@ from ccscope.crawler.http import USER_AGENT
 from ccscope.crawler.robots import RobotsAnswer
 from ccscope.store import Store
 from ccscope.verdict import Verdict
-from tests.crawler.sites import Route, serve
+from tests.crawler.sites import LOOPBACK, Route, serve
 
 TOKEN = "t0ken-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -102,7 +102,7 @@ def test_campaign_crud_needs_token(client: TestClient) -> None:
     assert r.status_code == 200 and (r.json()["top_n"], r.json()["enabled"]) == (5, False)
     assert client.patch(f"/v1/campaigns/{c['id']}", json={"top_n": 6}).status_code == 401
     r = client.patch(f"/v1/campaigns/{c['id']}", json={"schedule": "whenever you like"}, headers=AUTH)
-    assert r.status_code == 422 and "cron" in r.json()["detail"]
+    assert r.status_code == 422 and "cron" in str(r.json()["detail"])
     assert client.patch("/v1/campaigns/999", json={"top_n": 6}, headers=AUTH).status_code == 404
     page = client.get("/v1/campaigns", params={"limit": 1}).json()
     assert page["total"] == 1 and page["items"][0]["top_n"] == 5
@@ -214,7 +214,7 @@ def test_opted_out_site_refused(client: TestClient, fake_dns: None, seeded: Stor
 def test_lab_mode_allows_private_targets(seeded: Store) -> None:
     with (
         serve({"/robots.txt": Route(status=404)}) as site,
-        TestClient(create_app(seeded, token=TOKEN, lab=True)) as c,
+        TestClient(create_app(seeded, token=TOKEN, target_policy=LOOPBACK)) as c,
     ):
         r = c.post("/v1/measurements", json={"target": site.base + "obj", "vantage": "paris"}, headers=AUTH)
         assert r.status_code == 202, r.text
@@ -226,7 +226,7 @@ def test_queued_urls_obey_robots_txt(seeded: Store) -> None:
     `robots_disallowed` and nothing is queued; an opted-out site is refused without being asked."""
     rules = b"User-agent: *\nDisallow: /private/\n\nUser-agent: ccscope\nDisallow: /no-ccscope/\n"
     robots = {"/robots.txt": Route(body=rules, content_type="text/plain")}
-    with serve(robots) as site, TestClient(create_app(seeded, token=TOKEN, lab=True)) as c:
+    with serve(robots) as site, TestClient(create_app(seeded, token=TOKEN, target_policy=LOOPBACK)) as c:
 
         def post(target: str) -> Any:
             return c.post("/v1/measurements", json={"target": target, "vantage": "paris"}, headers=AUTH)
@@ -242,17 +242,17 @@ def test_queued_urls_obey_robots_txt(seeded: Store) -> None:
         assert {ua for _, p, ua in site.log if p == "/robots.txt"} == {USER_AGENT}
     with (
         serve({"/robots.txt": Route(status=503)}) as site,
-        TestClient(create_app(seeded, token=TOKEN, lab=True)) as c,
+        TestClient(create_app(seeded, token=TOKEN, target_policy=LOOPBACK)) as c,
     ):
         r = c.post("/v1/measurements", json={"target": site.base + "a.bin", "vantage": "paris"}, headers=AUTH)
         assert r.status_code == 422 and "503" in r.json()["detail"]
     dead = f"http://127.0.0.1:{site.port}/a.bin"  # the server is gone: robots.txt unreachable
-    with TestClient(create_app(seeded, token=TOKEN, lab=True)) as c:
+    with TestClient(create_app(seeded, token=TOKEN, target_policy=LOOPBACK)) as c:
         r = c.post("/v1/measurements", json={"target": dead, "vantage": "paris"}, headers=AUTH)
         assert r.status_code == 422 and "could not be fetched" in r.json()["detail"]
     assert len(seeded.list_measurements()) == 2
     seeded.opt_out("127.0.0.1", "asked")
-    with serve(robots) as site, TestClient(create_app(seeded, token=TOKEN, lab=True)) as c:
+    with serve(robots) as site, TestClient(create_app(seeded, token=TOKEN, target_policy=LOOPBACK)) as c:
         r = c.post("/v1/measurements", json={"target": site.base + "x", "vantage": "paris"}, headers=AUTH)
         assert r.status_code == 409 and r.json()["error"] == "opted_out"
         assert site.log == []  # not even robots.txt was asked

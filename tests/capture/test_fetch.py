@@ -1,4 +1,4 @@
-"""The download client against real local HTTP servers (lab mode, loopback)."""
+"""The download client against real local HTTP servers (on loopback, allowed explicitly)."""
 
 import http.server
 import json
@@ -11,6 +11,10 @@ import pytest
 
 from ccscope.capture.fetch import MAX_REDIRECTS, FetchError, fetch
 from ccscope.errors import TargetRefused
+from ccscope.targets import TargetPolicy
+
+# Neither public nor lab mode reaches loopback: these local servers are let in by name.
+LOOPBACK = TargetPolicy.public().widened("127.0.0.0/8")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -73,7 +77,7 @@ def server():
 
 
 def test_downloads_exact_bytes_and_identifies_itself(server):
-    r = fetch(f"{server}/obj/123456", lab=True, run_id="abc")
+    r = fetch(f"{server}/obj/123456", policy=LOOPBACK, run_id="abc")
     assert (r.status, r.bytes, r.truncated) == (200, 123456, False)
     assert r.local_port > 0 and r.remote == "127.0.0.1"
     assert Handler.seen_headers["X-CCScope-Run"] == "abc"
@@ -81,25 +85,25 @@ def test_downloads_exact_bytes_and_identifies_itself(server):
 
 
 def test_follows_redirects_but_not_forever(server):
-    r = fetch(f"{server}/to-obj", lab=True)
+    r = fetch(f"{server}/to-obj", policy=LOOPBACK)
     assert r.bytes == 1000 and r.final_url.endswith("/obj/1000")
     with pytest.raises(FetchError, match=f"more than {MAX_REDIRECTS} redirects"):
-        fetch(f"{server}/loop", lab=True)
+        fetch(f"{server}/loop", policy=LOOPBACK)
 
 
 def test_endless_body_is_bounded(server):
-    r = fetch(f"{server}/endless", lab=True, max_bytes=1_000_000)
+    r = fetch(f"{server}/endless", policy=LOOPBACK, max_bytes=1_000_000)
     assert r.truncated and 1_000_000 <= r.bytes < 1_200_000
 
 
 def test_body_ending_before_its_content_length_is_marked_truncated(server):
-    r = fetch(f"{server}/short", lab=True)
+    r = fetch(f"{server}/short", policy=LOOPBACK)
     assert (r.status, r.bytes, r.truncated) == (200, 10000, True)
 
 
 def test_huge_headers_refused(server):
     with pytest.raises(FetchError, match="64 KiB"):
-        fetch(f"{server}/hugeheaders", lab=True)
+        fetch(f"{server}/hugeheaders", policy=LOOPBACK)
 
 
 def test_private_target_refused_outside_lab_mode(server):
@@ -109,7 +113,7 @@ def test_private_target_refused_outside_lab_mode(server):
 
 def test_cli_prints_one_json_line_and_exit_codes(server):
     ok = subprocess.run(
-        [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10", "--lab"],
+        [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10", "--allow", "127.0.0.1/32"],
         capture_output=True,
         text=True,
         timeout=30,

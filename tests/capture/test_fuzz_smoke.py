@@ -16,8 +16,10 @@ import numpy as np
 
 from ccscope.capture.nebby_csv import traces_from_csv
 from ccscope.capture.pcap import PcapReader
+from ccscope.capture.quic_bif import read_quic, traces_from_quic
 from ccscope.capture.tcp_bif import CaptureResult, flows_from_pcap, traces_from_packets
 from ccscope.errors import CaptureError, TraceFormatError
+from tests.capture.quic_synth import seed_quic_pcaps, simulate
 from tests.capture.synth import seed_csvs, seed_pcaps
 
 BUDGET_S = 2.5  # per input kind; the loop also stops at a fixed iteration count
@@ -125,4 +127,33 @@ def test_csv_mutation_smoke() -> None:
     for s in seeds:
         csv_target(s)
     ok, errors = run(seeds, csv_target, iterations=4000, seed=4321)
+    assert ok > 20 and errors > 5
+
+
+QUIC_PROFILE = simulate(packets=1).profile
+
+
+def quic_target(data: bytes) -> None:
+    """Whatever the datagrams say, every estimator yields valid, non-negative traces, and every
+    datagram is either in a flow or counted as skipped."""
+    cap = read_quic(data)
+    if not cap.flows:
+        raise CaptureError("no QUIC flow")
+    kept = sum(len(f.d) for f in cap.flows)
+    skipped = sum(cap.stats[k] for k in ("non_ip", "non_udp", "fragments", "malformed", "not_quic"))
+    assert kept + skipped <= cap.stats["packets"] + cap.stats["non_ip"] + cap.stats["malformed"]
+    for align in ("capture", "sender"):
+        for prof in (QUIC_PROFILE, None):
+            res = traces_from_quic(cap, align=align, profile=prof)
+            for tr in res.traces:
+                tr.validate()
+                assert np.all(tr.bif >= 0) and np.all(tr.columns["bif_published"] >= 0)
+                assert all(np.isfinite(v) for v in tr.events["loss"])
+
+
+def test_quic_mutation_smoke() -> None:
+    seeds = seed_quic_pcaps()
+    for s in seeds[:2]:
+        quic_target(s)
+    ok, errors = run(seeds, quic_target, iterations=3000, seed=2121)
     assert ok > 20 and errors > 5

@@ -1,4 +1,4 @@
-"""Real HTTP servers on 127.0.0.1 for crawler and API tests (lab mode)."""
+"""Real HTTP servers on 127.0.0.1 for crawler and API tests (reached through LOOPBACK)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ccscope.targets import TargetPolicy
+
+# Neither public nor lab mode reaches loopback: tests let their local servers in by name.
+LOOPBACK = TargetPolicy.public().widened("127.0.0.0/8")
 
 
 @dataclass

@@ -16,11 +16,11 @@ from ccscope.crawler.discover import Limits, extract_links, find_largest_object
 from ccscope.crawler.http import USER_AGENT as CRAWLER_USER_AGENT
 from ccscope.crawler.http import CrawlError, SafeClient
 from ccscope.crawler.lists import ListFormatError, date_from_name, parse_list
-from ccscope.crawler.site import object_for_site
+from ccscope.crawler.site import object_for_site, pick_object
 from ccscope.errors import TargetRefused
 from ccscope.identity import USER_AGENT
 from ccscope.store import Store
-from tests.crawler.sites import Route, Site, serve
+from tests.crawler.sites import LOOPBACK, Route, Site, serve
 
 KB = 1024
 
@@ -58,7 +58,7 @@ def site() -> Iterator[Site]:
 
 
 def test_finds_largest_object_two_levels_deep(site: Site) -> None:
-    with SafeClient(lab=True) as c:
+    with SafeClient(policy=LOOPBACK) as c:
         d = find_largest_object(site.base, client=c)
     assert d.url == site.base + "deep.bin" and d.size == 900 * KB and d.meets_preference
     sizes = {c.url.rsplit("/", 1)[1]: c.size for c in d.top}
@@ -74,41 +74,41 @@ def test_finds_largest_object_two_levels_deep(site: Site) -> None:
 
 
 def test_prefers_big_but_falls_back(site: Site) -> None:
-    with SafeClient(lab=True) as c:
+    with SafeClient(policy=LOOPBACK) as c:
         d = find_largest_object(site.base, client=c, limits=Limits(prefer_bytes=10_000 * KB))
     assert d.url == site.base + "deep.bin" and not d.meets_preference
     # A size cap keeps absurdly big objects out.
-    with SafeClient(lab=True) as c:
+    with SafeClient(policy=LOOPBACK) as c:
         d = find_largest_object(site.base, client=c, limits=Limits(max_object_bytes=650 * KB))
     assert d.url == site.base + "big.bin"
 
 
 def test_robots_disallow_all() -> None:
     with serve({"/robots.txt": Route(body=b"User-agent: *\nDisallow: /\n"), "/": _html("/a.bin")}) as s:
-        with SafeClient(lab=True) as c:
+        with SafeClient(policy=LOOPBACK) as c:
             d = find_largest_object(s.base, client=c)
         assert d.url is None and [p for _, p, _ in s.log] == ["/robots.txt"]
 
 
 def test_robots_5xx_means_stay_away() -> None:
-    with serve({"/robots.txt": Route(status=503), "/": _html()}) as s, SafeClient(lab=True) as c:
+    with serve({"/robots.txt": Route(status=503), "/": _html()}) as s, SafeClient(policy=LOOPBACK) as c:
         assert find_largest_object(s.base, client=c).url is None
 
 
 def test_cached_per_site_with_ttl(site: Site, tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 's.db'}", str(tmp_path / "t"))
     store.migrate()
-    url, size, cached = object_for_site(store, "lab.example", lab=True, base_urls=[site.base])
+    url, size, cached = object_for_site(store, "lab.example", policy=LOOPBACK, base_urls=[site.base])
     assert (url, size, cached) == (site.base + "deep.bin", 900 * KB, False)
     n = len(site.log)
-    assert object_for_site(store, "lab.example", lab=True, base_urls=[site.base])[2] is True
+    assert object_for_site(store, "lab.example", policy=LOOPBACK, base_urls=[site.base])[2] is True
     assert len(site.log) == n  # served from the store, no requests
-    object_for_site(store, "other.example", lab=True, ttl_seconds=-1, base_urls=[site.base])
-    assert object_for_site(store, "other.example", lab=True, base_urls=[site.base])[2] is False
+    object_for_site(store, "other.example", policy=LOOPBACK, ttl_seconds=-1, base_urls=[site.base])
+    assert object_for_site(store, "other.example", policy=LOOPBACK, base_urls=[site.base])[2] is False
 
 
 def test_endless_body_is_capped() -> None:
-    with serve({"/": Route(endless=True, content_type="text/html")}) as s, SafeClient(lab=True) as c:
+    with serve({"/": Route(endless=True, content_type="text/html")}) as s, SafeClient(policy=LOOPBACK) as c:
         t0 = time.monotonic()
         r = c.request("GET", s.base, max_bytes=256 * KB)
         assert r.truncated and len(r.body) == 256 * KB
@@ -120,13 +120,13 @@ def test_endless_body_is_capped() -> None:
 
 def test_redirect_loop_bounded() -> None:
     routes = {"/loop": Route(status=302, headers={"Location": "/loop"})}
-    with serve(routes) as s, SafeClient(lab=True) as c, pytest.raises(CrawlError, match="redirects"):
+    with serve(routes) as s, SafeClient(policy=LOOPBACK) as c, pytest.raises(CrawlError, match="redirects"):
         c.request("GET", s.base + "loop")
 
 
 def test_huge_redirect_refused() -> None:
     routes = {"/r": Route(status=302, headers={"Location": "/" + "a" * 5000})}
-    with serve(routes) as s, SafeClient(lab=True) as c, pytest.raises(TargetRefused):
+    with serve(routes) as s, SafeClient(policy=LOOPBACK) as c, pytest.raises(TargetRefused):
         c.request("GET", s.base + "r")
 
 
@@ -161,7 +161,7 @@ def test_redirect_to_other_site_not_a_candidate() -> None:
             "/": _html("/go.bin"),
             "/go.bin": Route(status=302, headers={"Location": elsewhere}),
         }
-        with serve(routes) as s, SafeClient(lab=True) as c:
+        with serve(routes) as s, SafeClient(policy=LOOPBACK) as c:
             d = find_largest_object(s.base, client=c)
         assert d.url != other.base + "x.bin"
         assert all(not c.url.startswith("http://localhost") for c in d.top)
@@ -247,8 +247,27 @@ def test_https_pinned_address_checks_the_name(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setattr(socket, "getaddrinfo", fake)
     routes = {"/": Route(body=b"hi", content_type="text/plain")}
-    with serve(routes, tls=server_ctx) as s, SafeClient(lab=True, verify=client_ctx) as c:
+    with serve(routes, tls=server_ctx) as s, SafeClient(policy=LOOPBACK, verify=client_ctx) as c:
         r = c.request("GET", f"https://pinned.example:{s.port}/")
         assert r.status == 200 and r.body == b"hi"
         with pytest.raises(CrawlError):
             c.request("GET", f"https://wrong.example:{s.port}/")  # certificate is for pinned.example
+
+
+def test_ttl_zero_asks_afresh_and_no_url_says_why(tmp_path: Path) -> None:
+    """`crawl --ttl 0` must not answer from the cache, and a site with nothing to download
+    says why (it printed `url: null` alone)."""
+    store = Store(f"sqlite:///{tmp_path / 's.db'}", str(tmp_path / "t"))
+    store.migrate()
+    with serve({"/robots.txt": Route(body=b"User-agent: *\nDisallow: /\n"), "/": _html("/a.bin")}) as s:
+        p = pick_object(store, "shut.example", policy=LOOPBACK, base_urls=[s.base])
+        assert p.url is None and not p.cached
+        assert p.reason.startswith("robots.txt:") and "disallows /" in p.reason
+        again = pick_object(store, "shut.example", policy=LOOPBACK, base_urls=[s.base])
+        assert again.cached and again.reason == p.reason  # the cached answer keeps its reason
+        n = len(s.log)
+        fresh = pick_object(store, "shut.example", policy=LOOPBACK, base_urls=[s.base], ttl_seconds=0)
+        assert not fresh.cached and len(s.log) > n
+    with serve({"/": Route(status=404)}) as s:
+        p = pick_object(store, "empty.example", policy=LOOPBACK, base_urls=[s.base])
+        assert p.url is None and p.reason.startswith("no object found")

@@ -1,12 +1,12 @@
 """robots.txt by RFC 9309: the two cases urllib.robotparser got wrong, through the parser and
-through a real fetch of a site's robots.txt (check_url on 127.0.0.1, lab mode)."""
+through a real fetch of a site's robots.txt (check_url on 127.0.0.1, a policy that allows it)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ccscope.crawler.robots import check_url, parse_robots, robots_allow
-from tests.crawler.sites import Route, serve
+from tests.crawler.sites import LOOPBACK, Route, serve
 
 LONGEST_MATCH = "User-agent: *\nDisallow: /\nAllow: /big/\n"
 PATTERN = "User-agent: *\nDisallow: /*.bin$\n"
@@ -38,6 +38,6 @@ def test_product_token_group_beats_star() -> None:
 )
 def test_check_url_fetches_and_applies_the_rfc(body: str, path: str, allowed: bool) -> None:
     with serve({"/robots.txt": Route(body=body.encode(), content_type="text/plain")}) as s:
-        answer = check_url(s.base.rstrip("/") + path, lab=True, timeout=5)
+        answer = check_url(s.base.rstrip("/") + path, policy=LOOPBACK, timeout=5)
     assert answer.allowed is allowed
     assert allowed or "disallows" in answer.reason

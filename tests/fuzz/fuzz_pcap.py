@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/fuzz/fuzz_pcap.py -max_total_time=60 [corpus_dir ...]
     .venv/bin/python tests/fuzz/fuzz_pcap.py --csv -max_total_time=60   # the CSV importer
+    .venv/bin/python tests/fuzz/fuzz_pcap.py --quic -max_total_time=60  # QUIC bytes in flight
 
 Only CaptureError / TraceFormatError may escape; traces must validate and the vectorised and
 per-packet pcap paths must agree. Without a corpus directory the harness seeds a temporary one
@@ -22,12 +23,16 @@ sys.path.insert(0, str(ROOT))  # for tests.capture.synth (seeds)
 with atheris.instrument_imports():
     from ccscope.capture.nebby_csv import traces_from_csv
     from ccscope.capture.pcap import PcapReader
+    from ccscope.capture.quic_bif import read_quic, traces_from_quic
     from ccscope.capture.tcp_bif import flows_from_pcap, traces_from_packets
     from ccscope.errors import CaptureError, TraceFormatError
 
+from tests.capture.quic_synth import seed_quic_pcaps, simulate  # noqa: E402
 from tests.capture.synth import seed_csvs, seed_pcaps  # noqa: E402
 
 CSV_MODE = "--csv" in sys.argv
+QUIC_MODE = "--quic" in sys.argv
+QUIC_PROFILE = simulate(packets=1).profile
 
 
 def _check(res) -> None:  # type: ignore[no-untyped-def]
@@ -62,14 +67,25 @@ def one_csv(data: bytes) -> None:
     _check(res)
 
 
+def one_quic(data: bytes) -> None:
+    try:
+        cap = read_quic(data)
+        for align in ("capture", "sender"):
+            for prof in (QUIC_PROFILE, None):
+                _check(traces_from_quic(cap, align=align, profile=prof))
+    except (CaptureError, TraceFormatError):
+        return
+
+
 def main() -> None:
-    argv = [a for a in sys.argv if a != "--csv"]
+    argv = [a for a in sys.argv if a not in ("--csv", "--quic")]
+    seeds = seed_csvs() if CSV_MODE else seed_quic_pcaps() if QUIC_MODE else seed_pcaps()
     if not any(not a.startswith("-") for a in argv[1:]):
         corpus = Path(tempfile.mkdtemp(prefix="ccscope-fuzz-"))
-        for i, s in enumerate(seed_csvs() if CSV_MODE else seed_pcaps()):
+        for i, s in enumerate(seeds):
             (corpus / f"seed{i}").write_bytes(s)
         argv.append(str(corpus))
-    atheris.Setup(argv, one_csv if CSV_MODE else one_pcap)
+    atheris.Setup(argv, one_csv if CSV_MODE else one_quic if QUIC_MODE else one_pcap)
     atheris.Fuzz()
 
 

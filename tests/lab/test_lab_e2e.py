@@ -65,8 +65,10 @@ def _client_shell(lab: Lab, url: str, run_id: str, out: Path) -> subprocess.Comp
         )
         fetch = f'{sys.executable} -c "{py}"'
     # The pause lets the last ACKs and the FIN cross the client's link before it is torn down.
+    # --keep-root: the client writes into this test's private temporary directory.
     cmd = [str(link_binary_or_skip()), "--quiet", "--hosts", st["hosts_file"], "--rate", "1mbit",
-           "--delay", "20", "--", "sh", "-c", f"{fetch}; rc=$?; sleep 0.5; exit $rc"]  # fmt: skip
+           "--delay", "20", "--keep-root",
+           "--", "sh", "-c", f"{fetch}; rc=$?; sleep 0.5; exit $rc"]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -220,3 +220,131 @@ def test_worker_killed_mid_measurement_completes_exactly_once(app, store, start_
     # of its emulator (named ccscope_<index>_<pid>) is left in the host's ruleset.
     left = [t for t in ccscope_tables() if any(t.endswith(f"_{pid}") for pid in links)]
     assert not left, left
+
+
+def _net_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def _holders_of(ns: str) -> list[int]:
+    """Pids still in (or holding open) the network namespace `ns`, e.g. 'net:[4026532801]'."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and (_net_ns(int(d.name)) == ns or ns in _fd_targets(d)):
+            out.append(int(d.name))
+    return out
+
+
+def _fd_targets(proc: Path) -> set[str]:
+    try:
+        return {os.readlink(f) for f in (proc / "fd").iterdir()}
+    except OSError:
+        return set()
+
+
+def _shell_index(link_pid: int) -> int | None:
+    """The shell index a running ccscope-link holds (its /run/ccscope/shells/<i>.lock)."""
+    for lock in Path("/run/ccscope/shells").glob("*.lock"):
+        try:
+            if int(lock.read_text().split()[0]) == link_pid:
+                return int(lock.stem)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def test_worker_killed_alone_leaves_no_orphans_and_its_scratch_is_swept(app, store, start_worker, tmp_path):
+    """kill -9 of the worker process alone, as the OOM killer or a crash does it (not its whole
+    process group): the ccscope-link it started and the download inside die with it, their
+    namespace, TUN device and nft table go, and the next worker removes the killed run's
+    scratch (its pcap) before taking work. The measurement still completes."""
+    from ccscope.workers.celery_app import dispatch
+    from tests.netutil import leftovers_of
+
+    store.add_vantage("oslo")
+    knobs = {
+        "CCSCOPE_VISIBILITY_TIMEOUT": "10",
+        "CCSCOPE_WORKER_STALE_AFTER": "12",
+        "CCSCOPE_WORKER_MIN_GAP": "0",
+        "CCSCOPE_RESTORE_INTERVAL": "2",
+    }
+    first = start_worker("oslo", **knobs)
+    # ~12 s through profile A: a link that outlived its worker would still be downloading when
+    # the check below gives up on it (a link that dies with its parent goes in a fraction of a
+    # second), so a download that merely finished cannot pass for one that was stopped.
+    url = obj_url("reno", 300_000)
+    m, _ = store.enqueue_measurement("reno.lab.test", "oslo", "tcp", "orphan-test", url=url)
+    dispatch(m.id, "oslo")
+    deadline = time.monotonic() + 30
+    links: list[int] = []
+    fetch_pid = None
+    while time.monotonic() < deadline and fetch_pid is None:
+        links = group_pids(first.proc.pid, "ccscope-link")
+        inner = [p for link in links for p in _descendants(link) if _comm(p).startswith("python")]
+        fetch_pid = inner[0] if inner else None
+        time.sleep(0.1)
+    assert links and fetch_pid, f"no download was running:\n{first.text()[-2000:]}"
+    ns = _net_ns(fetch_pid)
+    shells = [(pid, _shell_index(pid)) for pid in links]
+    scratch = list((tmp_path / "work" / "oslo").iterdir())
+    assert len(scratch) == 1 and scratch[0].is_dir(), scratch
+
+    os.kill(first.proc.pid, signal.SIGKILL)  # the worker only: its children are not signalled
+    first.proc.wait(10)
+    deadline = time.monotonic() + 5
+    alive = [*links, fetch_pid]
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
+        time.sleep(0.2)
+    assert not alive, f"outlived their worker: {[(p, _cmdline(p)) for p in alive]}"
+    assert ns is not None and not _holders_of(ns), f"network namespace {ns} still held"
+    for pid, idx in shells:
+        assert idx is not None
+        left = leftovers_of({"shell": {"index": idx, "pid": pid, "outer_dev": f"ccs{idx}o"}})
+        assert not left, left
+    assert scratch[0].exists()  # nothing has swept it yet
+
+    second = start_worker("oslo", **knobs)
+    assert not scratch[0].exists(), f"the killed run's scratch stayed:\n{second.text()[-2000:]}"
+    final = wait_states(store, [m.id], {"classified", "failed"}, timeout=90)[m.id]
+    done = store.get_measurement(m.id)
+    assert final == "classified", (done.failure_reason, second.text()[-3000:])
+    assert done.attempts == 2 and len(done.traces) == 1
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone"
+    return stat[stat.rindex(")") + 2 :].split()[0]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(k) for k in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+        out += kids
+        todo += kids
+    return out

@@ -10,7 +10,13 @@ import pytest
 
 from ccscope.store.core import Store, aware
 from ccscope.workers.embedded import EmbeddedWorkers
-from ccscope.workers.tasks import Transient, WorkerConfig, give_up, run_measurement
+from ccscope.workers.tasks import (
+    CONNECTION_REFUSED_ATTEMPTS,
+    Transient,
+    WorkerConfig,
+    give_up,
+    run_measurement,
+)
 from tests.workers.conftest import CCAS, obj_url
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -140,6 +146,21 @@ def test_unreachable_object_fails_with_reason(lab, store, tmp_path):
         pytest.fail("a 404 is not transient")
     assert out.state == "failed"
     assert store.get_measurement(m.id).failure_reason
+
+
+def test_refused_connections_fail_for_good_after_three_attempts(lab, store, tmp_path):
+    """A lab host whose port answers every SYN with a RST: connection_refused is retried, but
+    only CONNECTION_REFUSED_ATTEMPTS times, well inside the retry budget, and the reason says so."""
+    url = "https://cubic.lab.test:9/obj/1000"  # nothing listens on port 9
+    m, _ = store.enqueue_measurement(site("cubic"), "paris", "tcp", "refused", url=url)
+    c = cfg(tmp_path, min_gap_seconds=0.0, timeout=15.0)
+    with EmbeddedWorkers(store, [c], concurrency=1, retry_base=0.05, retry_cap=0.2, max_retries=8) as w:
+        out = w.submit(m.id).result(timeout=150)
+    done = store.get_measurement(m.id)
+    reason = done.failure_reason or ""
+    assert out.state == "failed" and done.attempts == CONNECTION_REFUSED_ATTEMPTS, (done.attempts, reason)
+    assert f"connection refused on {CONNECTION_REFUSED_ATTEMPTS} attempts" in reason, reason
+    assert "gave up" not in reason, reason
 
 
 def test_spent_retries_fail_a_queued_row_and_leave_a_running_one(store, tmp_path):

@@ -144,7 +144,10 @@ def transfer(
     port = ls.getsockname()[1]
     code = _receiver_code(port, receiver_cc)
     if via_link:
-        cmd = [str(LINK_BIN), "--quiet", "--rate", rate, "--buffer", buffer, "--delay", str(delay_ms)]
+        # --keep-root: the receiver sets its socket's congestion control (the zoo's ECN check),
+        # which an unprivileged command may not do for an algorithm outside the allowed list.
+        cmd = [str(LINK_BIN), "--quiet", "--keep-root", "--rate", rate, "--buffer", buffer]
+        cmd += ["--delay", str(delay_ms)]
         cmd += ["--", sys.executable, "-c", code]
     else:
         cmd = [sys.executable, "-c", code]

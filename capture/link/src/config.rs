@@ -263,6 +263,14 @@ pub struct Config {
     pub no_nat: bool,
     pub quiet: bool,
     pub ready_fd: Option<i32>,
+    /// Who the command runs as: None = the default unprivileged user (`ccscope`, else `nobody`).
+    pub user: Option<String>,
+    /// Run the command as root with every capability (nested shells, the lab's servers).
+    pub keep_root: bool,
+    /// Do not stop when the process that started the shell exits (the lab's long-lived shell).
+    pub detach: bool,
+    /// Extra environment variables passed to the command beside the allow-list.
+    pub pass_env: Vec<String>,
     pub mode: Mode,
     /// Resolved from `buffer` once all options are known.
     pub down_limit: BufferLimit,
@@ -286,6 +294,10 @@ impl Default for Config {
             no_nat: false,
             quiet: false,
             ready_fd: None,
+            user: None,
+            keep_root: false,
+            detach: false,
+            pass_env: Vec::new(),
             mode: Mode::Run(Vec::new()),
             down_limit: BufferLimit::Inf,
             up_limit: BufferLimit::Inf,
@@ -304,6 +316,9 @@ Link options (each also as --down-X / --up-X; plain sets both directions):
 Global: --seed N  --bdp-rtt MS  --mtu N  --no-sack  --pcap FILE  --stats FILE
   --route PREFIX  --inner-addr ADDR/PLEN  --hosts FILE  --no-nat  --quiet
   --ready-fd N
+Command: --user NAME|UID (default: ccscope, else nobody; no capabilities, a scrubbed
+  environment)  --keep-root (run it as root: nested shells, servers)  --pass-env NAME
+  --detach (keep running when the parent exits)
 Rate SPEC: inf | 200kbit | 1.5mbit | 8000bit | 500pps | RATE:DUR,...,RATE
   (DUR: 10s, 250ms, 1500p). Buffer SPEC: inf | 5000B | 50p | 2bdp
 Exit status: CMD's own; 2 a usage error (bad option); 7 the link could not be set up
@@ -483,8 +498,8 @@ const DIR_VALUE_OPTS: &[&str] = &[
 ];
 const DIR_FLAG_OPTS: &[&str] = &["per-flow"];
 const VALUE_OPTS: &[&str] =
-    &["seed", "bdp-rtt", "mtu", "pcap", "stats", "route", "inner-addr", "hosts", "ready-fd"];
-const FLAG_OPTS: &[&str] = &["no-sack", "no-nat", "quiet", "cleanup", "check", "help"];
+    &["seed", "bdp-rtt", "mtu", "pcap", "stats", "route", "inner-addr", "hosts", "ready-fd", "user", "pass-env"];
+const FLAG_OPTS: &[&str] = &["no-sack", "no-nat", "quiet", "cleanup", "check", "help", "keep-root", "detach"];
 
 fn apply_dir(d: &mut DirConfig, name: &str, val: Option<&str>) -> Result<(), String> {
     let v = val.unwrap_or("");
@@ -644,6 +659,16 @@ pub fn parse_args(args: &[String]) -> Result<Config, String> {
                 }
                 c.ready_fd = Some(n as i32);
             }
+            "user" => c.user = Some(nonempty("--user", v)?),
+            "pass-env" => {
+                let n = nonempty("--pass-env", v)?;
+                if n.contains('=') || n.contains('\0') {
+                    return Err(format!("--pass-env takes a variable name: {:?}", n));
+                }
+                c.pass_env.push(n)
+            }
+            "keep-root" => c.keep_root = true,
+            "detach" => c.detach = true,
             "no-sack" => c.no_sack = true,
             "no-nat" => c.no_nat = true,
             "quiet" => c.quiet = true,
@@ -659,6 +684,9 @@ pub fn parse_args(args: &[String]) -> Result<Config, String> {
     }
     if cleanup && check {
         return Err("--cleanup and --check are exclusive".into());
+    }
+    if c.keep_root && c.user.is_some() {
+        return Err("--keep-root and --user are exclusive".into());
     }
     if (cleanup || check) && !cmd.is_empty() {
         return Err("--cleanup/--check take no command".into());
@@ -742,6 +770,10 @@ impl Config {
             .set("nat", !self.no_nat)
             .set("quiet", self.quiet)
             .set("ready_fd", self.ready_fd)
+            .set("user", if self.keep_root { Some("root".to_string()) } else { self.user.clone() })
+            .set("keep_root", self.keep_root)
+            .set("detach", self.detach)
+            .set("pass_env", self.pass_env.clone())
             .set("command", cmd)
     }
 }

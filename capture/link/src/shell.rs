@@ -117,7 +117,7 @@ struct Net {
     inner_dev: String,
 }
 
-fn setup(cfg: &Config, res: &mut Resources) -> Result<Net, String> {
+fn setup(cfg: &Config, res: &mut Resources, creds: Option<&sys::Creds>) -> Result<Net, String> {
     let ip = sys::find_tool("ip").ok_or("iproute2 `ip` not found")?;
     let lock = sys::acquire_index()?;
     let idx = lock.idx;
@@ -171,6 +171,10 @@ fn setup(cfg: &Config, res: &mut Resources) -> Result<Net, String> {
     // would send segments larger than the link. Lower the floor so the SYN carries MTU-40.
     let adv_mss = cfg.mtu.saturating_sub(40).clamp(8, 256);
     sys::write_sysctl("/proc/sys/net/ipv4/route/min_adv_mss", &adv_mss.to_string())?;
+    if let Some(c) = creds {
+        // The command has no CAP_NET_RAW: let its group open ICMP echo (datagram) sockets here.
+        let _ = sys::write_sysctl("/proc/sys/net/ipv4/ping_group_range", &format!("{} {}", c.gid, c.gid));
+    }
 
     sys::setns_net(res.orig_ns.as_ref().unwrap().as_raw_fd())?;
     res.outer_tun = Some(sys::open_tun(&net.outer_dev)?);
@@ -219,9 +223,36 @@ struct ChildPlan {
     ready_fd: Option<i32>,
     sigmask: libc::sigset_t,
     parent: libc::pid_t,
+    /// (uid, gid) to drop to, or None with --keep-root.
+    drop_to: Option<(libc::uid_t, libc::gid_t)>,
+    last_cap: u32,
 }
 
-fn plan_child(cfg: &Config, mut cmd: Vec<String>, net: &Net, res: &Resources, sigmask: libc::sigset_t) -> Result<ChildPlan, String> {
+/// Variables the command sees besides ours (CCSCOPE_SHELL_*) and --pass-env: the caller's
+/// environment may hold secrets (API tokens, database URLs) and loader knobs (PYTHONPATH,
+/// LD_PRELOAD) that have no business in a client talking to untrusted servers, so it is an
+/// allow-list, as mahimahi's shells do. SSL_CERT_* and CCSCOPE_LAB* reach the lab's CA and
+/// hosts; CCSCOPE_LINK* tune nested shells.
+const ENV_ALLOWED: &[&str] = &[
+    "PATH", "TERM", "LANG", "LANGUAGE", "TZ", "SHELL", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "CCSCOPE_LAB", "CCSCOPE_LAB_DIR", "CCSCOPE_LINK", "CCSCOPE_LINK_SCHED", "CCSCOPE_LINK_IDLE",
+    "CCSCOPE_LINK_DEBUG",
+];
+
+fn env_allowed(name: &[u8], cfg: &Config) -> bool {
+    name.starts_with(b"LC_")
+        || ENV_ALLOWED.iter().any(|a| a.as_bytes() == name)
+        || cfg.pass_env.iter().any(|a| a.as_bytes() == name)
+}
+
+fn plan_child(
+    cfg: &Config,
+    mut cmd: Vec<String>,
+    net: &Net,
+    res: &Resources,
+    sigmask: libc::sigset_t,
+    creds: Option<&sys::Creds>,
+) -> Result<ChildPlan, String> {
     if cmd.is_empty() {
         cmd.push(std::env::var("SHELL").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "/bin/sh".into()));
     }
@@ -230,16 +261,27 @@ fn plan_child(cfg: &Config, mut cmd: Vec<String>, net: &Net, res: &Resources, si
         .map(|a| CString::new(a.as_bytes()).map_err(|_| "command contains a NUL byte".to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     let depth = std::env::var("CCSCOPE_SHELL_DEPTH").ok().and_then(|d| d.parse::<u32>().ok()).unwrap_or(0) + 1;
-    let ours = [
+    let mut ours = vec![
         ("CCSCOPE_SHELL", "1".to_string()),
         ("CCSCOPE_SHELL_DEPTH", depth.to_string()),
         ("CCSCOPE_SHELL_INNER_ADDR", net.inner_addr.clone()),
         ("CCSCOPE_SHELL_OUTER_ADDR", net.outer_addr.clone()),
         ("CCSCOPE_SHELL_INDEX", net.idx.to_string()),
     ];
+    match creds {
+        Some(c) => {
+            ours.push(("HOME", c.home.clone()));
+            ours.push(("USER", c.name.clone()));
+            ours.push(("LOGNAME", c.name.clone()));
+        }
+        None => ours.push(("HOME", std::env::var("HOME").unwrap_or_else(|_| "/root".into()))),
+    }
+    if std::env::var_os("PATH").is_none() {
+        ours.push(("PATH", "/usr/local/bin:/usr/bin:/bin".into()));
+    }
     let mut envp = Vec::new();
     for (k, v) in std::env::vars_os() {
-        if ours.iter().any(|(n, _)| OsStr::new(n) == k) {
+        if ours.iter().any(|(n, _)| OsStr::new(n) == k) || !env_allowed(k.as_bytes(), cfg) {
             continue;
         }
         let mut kv = k.as_bytes().to_vec();
@@ -272,7 +314,61 @@ fn plan_child(cfg: &Config, mut cmd: Vec<String>, net: &Net, res: &Resources, si
         sigmask,
         // SAFETY: trivial syscall.
         parent: unsafe { libc::getpid() },
+        drop_to: creds.map(|c| (c.uid, c.gid)),
+        last_cap: sys::cap_last_cap(),
     })
+}
+
+/// The capability header and data of capset(2), version 3 (two 32-bit words per set).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Become (uid, gid) with no supplementary groups, no capabilities in any set (bounding and
+/// ambient included) and no way to gain privileges again (no_new_privs: setuid binaries and
+/// file capabilities stay inert). Post-fork child only: raw syscalls, returns what failed.
+fn drop_privileges(uid: libc::uid_t, gid: libc::gid_t, last_cap: u32) -> Result<(), &'static [u8]> {
+    // SAFETY: raw syscalls on our own credentials, async-signal-safe after fork.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0 {
+            return Err(b"setgroups failed");
+        }
+        if libc::setresgid(gid, gid, gid) != 0 {
+            return Err(b"setresgid failed");
+        }
+        // The bounding set can only shrink while we still hold CAP_SETPCAP, i.e. before setresuid.
+        for cap in 0..=last_cap {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 && *libc::__errno_location() != libc::EINVAL {
+                return Err(b"dropping the capability bounding set failed");
+            }
+        }
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0);
+        if libc::setresuid(uid, uid, uid) != 0 {
+            return Err(b"setresuid failed");
+        }
+        let mut hdr = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+        let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
+        if libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) != 0 {
+            return Err(b"clearing capabilities failed");
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(b"PR_SET_NO_NEW_PRIVS failed");
+        }
+        if libc::getuid() == 0 || libc::geteuid() == 0 || libc::getegid() == 0 {
+            return Err(b"still root after dropping privileges");
+        }
+        Ok(())
+    }
 }
 
 /// Runs in the forked child; never returns.
@@ -318,6 +414,16 @@ fn child_exec(p: &ChildPlan) -> ! {
                 fail(b"bind-mounting --hosts over /etc/hosts failed");
             }
         }
+        if let Some((uid, gid)) = p.drop_to {
+            if let Err(what) = drop_privileges(uid, gid, p.last_cap) {
+                fail(what);
+            }
+            // A change of credentials clears the parent-death signal: ask again.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::getppid() != p.parent {
+                libc::_exit(127);
+            }
+        }
         let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|c| c.as_ptr()).collect();
         argv.push(std::ptr::null());
         let mut envp: Vec<*const libc::c_char> = p.envp.iter().map(|c| c.as_ptr()).collect();
@@ -330,9 +436,18 @@ fn child_exec(p: &ChildPlan) -> ! {
 }
 
 pub fn run(cfg: &Config, cmd: Vec<String>) -> Result<i32, String> {
+    // SAFETY: trivial syscall.
+    let parent = unsafe { libc::getppid() };
     if !sys::is_root() {
         return Err("must run as root (needs network namespaces and TUN devices)".into());
     }
+    if !cfg.detach {
+        // If whoever started us dies (a worker killed with -9, an outer shell), stop too: the
+        // SIGTERM arrives on the signalfd like any other, so the command is stopped and the
+        // namespace, TUNs and NAT table are torn down instead of downloading on as orphans.
+        sys::die_with_parent(libc::SIGTERM, parent)?;
+    }
+    let creds = if cfg.keep_root { None } else { Some(sys::lookup_user(cfg.user.as_deref())?) };
     if !std::path::Path::new("/dev/net/tun").exists() {
         return Err("/dev/net/tun is missing (load the tun module)".into());
     }
@@ -372,8 +487,8 @@ pub fn run(cfg: &Config, cmd: Vec<String>) -> Result<i32, String> {
     let rt_offset = sys::realtime_ns().wrapping_sub(start_mono);
 
     let body = || -> Result<i32, String> {
-        let net = setup(cfg, &mut res)?;
-        let plan = plan_child(cfg, cmd, &net, &res, oldmask)?;
+        let net = setup(cfg, &mut res, creds.as_ref())?;
+        let plan = plan_child(cfg, cmd, &net, &res, oldmask, creds.as_ref())?;
         // Abort before starting the command if we were told to stop during setup.
         let early = sys::read_signals(sigfd.as_raw_fd());
         if let Some(s) = early.iter().find(|&&s| s != libc::SIGCHLD) {

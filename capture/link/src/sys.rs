@@ -364,3 +364,83 @@ mod tests {
         assert_eq!(parse_table_name("filter"), None);
     }
 }
+
+/// The user a shell's command runs as when it does not keep root.
+#[derive(Debug, Clone)]
+pub struct Creds {
+    pub name: String,
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+    pub home: String,
+}
+
+fn passwd_entry(name: Option<&str>, uid: Option<libc::uid_t>) -> Option<Creds> {
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    let mut buf = vec![0u8; 16384];
+    let cname = name.and_then(|n| CString::new(n).ok());
+    // SAFETY: getpw*_r fill `pw` with pointers into `buf`, which outlives their use below.
+    let rc = unsafe {
+        match (&cname, uid) {
+            (Some(n), _) => libc::getpwnam_r(n.as_ptr(), &mut pw, buf.as_mut_ptr() as *mut _, buf.len(), &mut out),
+            (None, Some(u)) => libc::getpwuid_r(u, &mut pw, buf.as_mut_ptr() as *mut _, buf.len(), &mut out),
+            _ => return None,
+        }
+    };
+    if rc != 0 || out.is_null() {
+        return None;
+    }
+    // SAFETY: the strings point into `buf`, NUL-terminated by libc.
+    let s = |p: *const libc::c_char| unsafe { std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned() };
+    Some(Creds { name: s(pw.pw_name), uid: pw.pw_uid, gid: pw.pw_gid, home: s(pw.pw_dir) })
+}
+
+/// `--user NAME|UID`, or the default: the `ccscope` system user deploy/install.sh creates,
+/// else `nobody`. Root is refused here: keeping root is spelled `--keep-root`.
+pub fn lookup_user(spec: Option<&str>) -> Result<Creds, String> {
+    let found = match spec {
+        Some(s) => match s.parse::<libc::uid_t>() {
+            Ok(uid) => passwd_entry(None, Some(uid)).or(Some(Creds {
+                name: s.to_string(),
+                uid,
+                gid: uid,
+                home: "/".into(),
+            })),
+            Err(_) => passwd_entry(Some(s), None),
+        },
+        None => passwd_entry(Some("ccscope"), None).or_else(|| passwd_entry(Some("nobody"), None)),
+    };
+    let c = found.ok_or_else(|| match spec {
+        Some(s) => format!("--user {}: no such user", s),
+        None => "no unprivileged user to run the command as (neither `ccscope` nor `nobody` exists; \
+                 run deploy/install.sh or pass --user)"
+            .to_string(),
+    })?;
+    if c.uid == 0 || c.gid == 0 {
+        return Err(format!("--user {}: that is root; use --keep-root to run the command as root", c.name));
+    }
+    Ok(c)
+}
+
+/// The highest capability number this kernel knows (for dropping the whole bounding set).
+pub fn cap_last_cap() -> u32 {
+    fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+/// Ask the kernel to send `sig` to this process when its parent exits, and make sure the
+/// parent it meant is still there (it may have exited before the request was made).
+pub fn die_with_parent(sig: i32, parent: libc::pid_t) -> Result<(), String> {
+    // SAFETY: prctl with integer arguments; getppid is trivial.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong) != 0 {
+            return Err(format!("prctl(PR_SET_PDEATHSIG): {}", errno_str()));
+        }
+        if libc::getppid() != parent {
+            return Err("the process that started the shell has already exited".into());
+        }
+    }
+    Ok(())
+}

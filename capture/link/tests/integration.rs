@@ -196,7 +196,7 @@ fn ping_rtt_with_delay() {
     guarded(|| {
         let st = tmp("ping.json");
         let o = run(&[
-            "--delay", "25", "--stats", st.to_str().unwrap(), "--",
+            "--delay", "25", "--stats", st.to_str().unwrap(), "--keep-root", "--",
             "sh", "-c", "ping -c 20 -i 0.05 $CCSCOPE_SHELL_OUTER_ADDR",
         ]);
         let out = text(&o.stdout);
@@ -400,10 +400,11 @@ fn nested_shells() {
     }
     guarded(|| {
         let cmd = format!(
-            "export A=$CCSCOPE_SHELL_OUTER_ADDR; {} --quiet --delay 5 -- sh -c 'echo depth=$CCSCOPE_SHELL_DEPTH; ping -c 5 -i 0.05 $A'",
+            "export A=$CCSCOPE_SHELL_OUTER_ADDR; {} --quiet --delay 5 --keep-root --pass-env A -- sh -c 'echo depth=$CCSCOPE_SHELL_DEPTH; ping -c 5 -i 0.05 $A'",
             bin()
         );
-        let o = run(&["--quiet", "--delay", "10", "--", "sh", "-c", &cmd]);
+        // A nested shell needs root to build its namespace; ping needs CAP_NET_RAW.
+        let o = run(&["--quiet", "--delay", "10", "--keep-root", "--", "sh", "-c", &cmd]);
         let out = text(&o.stdout);
         assert!(o.status.success(), "{}\n{}", out, text(&o.stderr));
         assert!(out.contains("depth=2"), "{}", out);
@@ -428,9 +429,11 @@ fn server_inside_with_route_inner_addr_and_hosts() {
             "getent hosts cubic.lab.test > {}; exec python3 -m http.server 18123 --bind 198.19.254.1",
             seen.display()
         );
+        // A server writing into the test's (root's) temporary directory: it keeps root, as the
+        // lab's servers do.
         let mut c = spawn_ready(&[
             "--quiet", "--delay", "5", "--inner-addr", "198.19.254.1/32", "--route", "198.19.254.0/24",
-            "--hosts", hosts.to_str().unwrap(), "--", "sh", "-c", &cmd,
+            "--hosts", hosts.to_str().unwrap(), "--keep-root", "--", "sh", "-c", &cmd,
         ]);
         // Outside, the lab name must not resolve via the shell's hosts file.
         assert!(!std::fs::read_to_string("/etc/hosts").unwrap().contains("cubic.lab.test"));
@@ -473,5 +476,116 @@ fn failed_setup_is_torn_down() {
         let o = run(&["--quiet", "--pcap", "/nonexistent/dir/x.pcap", "--", "true"]);
         assert_eq!(o.status.code(), Some(7));
         assert!(text(&o.stderr).contains("--pcap"));
+    });
+}
+
+/// The command's pid: the shell's only child, once it has exec'd the command.
+fn inner_pid(shell: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", shell, shell)).unwrap_or_default();
+        if let Some(p) = kids.split_whitespace().next().and_then(|p| p.parse::<u32>().ok()) {
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", p)).unwrap_or_default();
+            if !comm.is_empty() && comm.trim() != "ccscope-link" {
+                return p;
+            }
+        }
+        assert!(Instant::now() < deadline, "the shell started no command");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn status_field(pid: u32, key: &str) -> String {
+    let st = std::fs::read_to_string(format!("/proc/{}/status", pid)).unwrap();
+    st.lines().find(|l| l.starts_with(&format!("{}:", key))).unwrap().split_once(':').unwrap().1.trim().to_string()
+}
+
+#[test]
+fn command_runs_unprivileged_with_a_scrubbed_environment() {
+    if !root() {
+        return;
+    }
+    guarded(|| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["--ready-fd", "1", "--quiet", "--pass-env", "KEEP_ME", "--", "sleep", "30"])
+            .env("CCSCOPE_API_TOKEN", "secret-token")
+            .env("PYTHONPATH", "/tmp/evil")
+            .env("KEEP_ME", "yes")
+            .env("LC_ALL", "C")
+            .stdout(Stdio::piped());
+        let mut c = cmd.spawn().unwrap();
+        let mut line = [0u8; 6];
+        c.stdout.as_mut().unwrap().read_exact(&mut line).unwrap();
+        let pid = inner_pid(c.id());
+        let uid = status_field(pid, "Uid");
+        assert!(uid.split_whitespace().all(|u| u != "0"), "command runs as uid {}", uid);
+        assert!(status_field(pid, "Gid").split_whitespace().all(|g| g != "0"));
+        assert_eq!(status_field(pid, "Groups"), "");
+        for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert_eq!(status_field(pid, cap), "0000000000000000", "{} of the command", cap);
+        }
+        assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+        let env = std::fs::read(format!("/proc/{}/environ", pid)).unwrap();
+        let env: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+        assert!(!env.iter().any(|v| v.starts_with("CCSCOPE_API_TOKEN=") || v.starts_with("PYTHONPATH=")), "{:?}", env);
+        for want in ["KEEP_ME=yes", "LC_ALL=C", "CCSCOPE_SHELL_DEPTH=1"] {
+            assert!(env.iter().any(|v| v == want), "{} missing from {:?}", want, env);
+        }
+        assert!(env.iter().any(|v| v.starts_with("PATH=")));
+        signal(&c, libc::SIGTERM);
+        c.wait().unwrap();
+    });
+}
+
+#[test]
+fn keep_root_keeps_root_and_nests() {
+    if !root() {
+        return;
+    }
+    guarded(|| {
+        let cmd = format!("grep ^CapEff /proc/self/status; {} --quiet -- id -u", bin());
+        let o = run(&["--quiet", "--keep-root", "--", "sh", "-c", &cmd]);
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{}{}", out, text(&o.stderr));
+        assert!(!out.contains("CapEff:\t0000000000000000"), "{}", out);
+        let inner_uid: u32 = out.lines().last().unwrap().trim().parse().unwrap();
+        assert_ne!(inner_uid, 0, "the nested shell's command must drop root");
+        // Without --keep-root a nested shell cannot build its namespace.
+        let o = run(&["--quiet", "--", bin(), "--quiet", "--", "true"]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("must run as root"));
+    });
+}
+
+#[test]
+fn shell_stops_when_its_parent_is_killed() {
+    if !root() {
+        return;
+    }
+    guarded(|| {
+        // A parent that starts a shell and is then SIGKILLed, as a worker can be.
+        let script = format!("{} --quiet -- sleep 60 & echo $!; wait", bin());
+        let mut parent = Command::new("sh").args(["-c", &script]).stdout(Stdio::piped()).spawn().unwrap();
+        let mut buf = String::new();
+        let mut b = [0u8; 1];
+        while parent.stdout.as_mut().unwrap().read(&mut b).unwrap() == 1 && b[0] != b'\n' {
+            buf.push(b[0] as char);
+        }
+        let link: u32 = buf.trim().parse().unwrap();
+        let sleeper = inner_pid(link);
+        signal(&parent, libc::SIGKILL);
+        parent.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (std::path::Path::new(&format!("/proc/{}", link)).exists()
+            || std::path::Path::new(&format!("/proc/{}", sleeper)).exists())
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // (Reaped by init: a zombie would still show; its state must not be running.)
+        for p in [link, sleeper] {
+            let st = std::fs::read_to_string(format!("/proc/{}/stat", p)).unwrap_or_default();
+            assert!(st.is_empty() || st.contains(") Z"), "pid {} survived its parent: {}", p, st);
+        }
     });
 }

@@ -1,0 +1,77 @@
+"""What a transport implementation provides (one module per transport in this folder).
+
+A transport says how to download inside the shell (the client command), what the profile looks
+like for it (QUIC cannot send 100-byte packets), how a capture becomes the download's traces,
+and how a lab run is scored against the server's own record. Each module builds one `Transport`
+as its `TRANSPORT`; the catalogue of names is ccscope/transports.py, which `capture.measure`,
+the workers, the store and the API look transports up in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ccscope.profile import Profile
+    from ccscope.trace import Trace
+
+
+@dataclass(frozen=True)
+class ClientRequest:
+    """One download, as the measurement asks a transport's client for it."""
+
+    url: str
+    run_id: str
+    out_dir: Path  # where the client may leave files of its own (QUIC: its qlog)
+    stem: str  # file-name stem of this run inside out_dir (the profile name)
+    lab: bool = False
+    cafile: Path | None = None
+    timeout: float = 60.0
+    max_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass
+class Flows:
+    """The download's flow out of one capture: as seen at the bottleneck and shifted to the
+    sender, plus whatever the transport wants kept beside them (estimator diagnostics)."""
+
+    capture: Trace
+    sender: Trace
+    partial: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Transport:
+    name: str
+    # The command that downloads inside the shell; it prints one JSON line (FetchResult-shaped:
+    # status, bytes, local_port, truncated, error, ...) as its last line of output.
+    client_command: Callable[[ClientRequest], list[str]]
+    # pcap + the client's report -> the download's flows; raises CaptureError when there is none.
+    flows: Callable[..., Flows]
+    # The profile this transport is measured through when the caller names a standard one.
+    adapt_profile: Callable[[Profile], Profile] = field(default=lambda p: p)
+    # Lab mode: the download scored against the server's own record (None: no record found).
+    groundtruth: Callable[..., dict[str, Any] | None] | None = None
+    # None when usable here, else why not (a client binary that is not built).
+    unavailable: Callable[[], str | None] = field(default=lambda: None)
+
+
+def client_result(stdout: str) -> dict[str, Any]:
+    """The client's report: the last line of its output, a JSON object ({} when absent)."""
+    import json
+
+    lines = stdout.strip().splitlines()
+    if not lines:
+        return {}
+    try:
+        doc = json.loads(lines[-1])
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+__all__ = ["ClientRequest", "Flows", "Transport", "client_result"]

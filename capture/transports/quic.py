@@ -1,0 +1,91 @@
+"""QUIC: HTTP/3 through the quiche client (capture/quic, wrapped by capture/quic_get.py), bytes
+in flight estimated from encrypted packets (capture/quic_bif.py), ground truth from the lab QUIC
+servers' own qlog."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ccscope.capture.transports import ClientRequest, Flows, Transport
+from ccscope.errors import CaptureError, CCScopeError
+from ccscope.profile import Profile, quic_profile
+from ccscope.trace import Trace
+
+
+def client_command(req: ClientRequest) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "ccscope.capture.quic_get", req.url,
+        "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
+        "--qlog", str(req.out_dir / f"{req.stem}.client.sqlog"),
+    ]  # fmt: skip
+    if req.lab:
+        cmd.append("--lab")
+    if req.cafile is not None:
+        cmd += ["--cacert", str(req.cafile)]
+    return cmd
+
+
+def pick_flow(traces: list[Trace], local_port: int) -> Trace:
+    for t in traces:
+        if t.flow.client_port == local_port:
+            return t
+    if not traces:
+        raise CaptureError("the capture holds no QUIC flow with data from the server")
+    return traces[0]
+
+
+def flows(
+    pcap: Path,
+    *,
+    fetch: dict[str, Any],
+    object_url: str,
+    profile: Profile,
+    link_stats: dict[str, Any] | None = None,
+    out_dir: Path | None = None,
+    stem: str | None = None,
+    **_: Any,
+) -> Flows:
+    from ccscope.capture.quic_bif import quic_flows_from_pcap
+
+    log = out_dir / f"{stem}.client.sqlog" if out_dir is not None and stem else None
+    both = quic_flows_from_pcap(
+        pcap,
+        ("capture", "sender"),
+        object_url=object_url,
+        profile=profile,
+        link_stats=link_stats,
+        client_log=log if log is not None and log.is_file() else None,
+        client_port=int(fetch.get("local_port") or 0) or None,
+    )
+    cap = both["capture"]
+    flow = pick_flow(cap.traces, int(fetch.get("local_port") or 0))
+    sender = pick_flow(both["sender"].traces, flow.flow.client_port)
+    return Flows(capture=flow, sender=sender, partial=cap.partial, info=dict(flow.extra.get("quic") or {}))
+
+
+def groundtruth(flow: Trace, sender: Trace, profile: Profile, run_id: str, **_: Any) -> dict[str, Any] | None:
+    from ccscope.lab.quic.groundtruth import score_quic_run
+
+    return score_quic_run(flow, sender, profile, run_id)
+
+
+def unavailable() -> str | None:
+    from ccscope.capture.quic_get import client_binary
+
+    try:
+        client_binary()
+    except CCScopeError as e:
+        return str(e)
+    return None
+
+
+TRANSPORT = Transport(
+    name="quic",
+    client_command=client_command,
+    flows=flows,
+    adapt_profile=quic_profile,
+    groundtruth=groundtruth,
+    unavailable=unavailable,
+)

@@ -1,0 +1,75 @@
+"""TCP: the HTTP(S) client in capture/fetch.py, BiF from sequence and ACK numbers (tcp_bif.py),
+ground truth from the lab server's TCP_INFO samples."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ccscope.capture.transports import ClientRequest, Flows, Transport
+from ccscope.errors import CaptureError
+from ccscope.profile import Profile
+from ccscope.trace import Trace
+
+
+def client_command(req: ClientRequest) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "ccscope.capture.fetch", req.url,
+        "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
+    ]  # fmt: skip
+    if req.lab:
+        cmd.append("--lab")
+    if req.cafile is not None:
+        # The client runs unprivileged and may not reach the lab's state directory: hand it the
+        # (public) CA certificate itself.
+        try:
+            cmd += ["--ca-pem", Path(req.cafile).read_text()]
+        except OSError as e:
+            raise CaptureError(f"cannot read the lab CA {req.cafile}: {e}") from None
+    return cmd
+
+
+def pick_flow(traces: list[Trace], local_port: int) -> Trace:
+    """The download's flow by its client port; the largest flow when the port is unknown."""
+    for t in traces:
+        if t.flow.client_port == local_port:
+            return t
+    if not traces:
+        raise CaptureError("the capture holds no TCP flow with a handshake")
+    return traces[0]
+
+
+def flows(pcap: Path, *, fetch: dict[str, Any], object_url: str, profile: Profile, **_: Any) -> Flows:
+    from ccscope.capture.tcp_bif import flows_from_pcap_aligned
+
+    both = flows_from_pcap_aligned(pcap, ("capture", "sender"), object_url=object_url, profile=profile)
+    cap = both["capture"]
+    flow = pick_flow(cap.traces, int(fetch.get("local_port") or 0))
+    sender = pick_flow(both["sender"].traces, flow.flow.client_port)
+    return Flows(capture=flow, sender=sender, partial=cap.partial)
+
+
+def groundtruth(flow: Trace, sender: Trace, profile: Profile, run_id: str, **_: Any) -> dict[str, Any] | None:
+    from ccscope.lab.groundtruth import compare_bif, compare_pipe, find_groundtruth
+
+    truth = find_groundtruth(run_id=run_id, trace=flow, wait_s=5.0)
+    if truth is None:
+        return None
+    bdp = profile.bdp_bytes(flow.internet_rtt_ms or 0.0) or 1.0
+    out = {
+        "cca": truth.extra.get("cca"),
+        "capture": compare_bif(flow, truth, bdp_bytes=bdp),
+        "sender": compare_bif(sender, truth, bdp_bytes=bdp),
+    }
+    if "sacked" in sender.columns:  # with SACK the pipe is measured too: score it
+        out["sender_pipe"] = compare_pipe(sender, truth, bdp_bytes=bdp)
+    return out
+
+
+TRANSPORT = Transport(
+    name="tcp",
+    client_command=client_command,
+    flows=flows,
+    groundtruth=groundtruth,
+)
