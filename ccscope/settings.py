@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     worker_concurrent_profiles: bool | None = Field(
         None, description="download a measurement's profiles at the same time (default true)"
     )
+    worker_adaptive: bool | None = Field(
+        None,
+        description="adaptive stopping: stop the downloads once the verdict has settled "
+        "(classifier/stopping.py; default true)",
+    )
     worker_retry_base: float = Field(5.0, gt=0, description="first retry delay of a transient failure, s")
     worker_retry_cap: float = Field(300.0, gt=0, description="longest retry delay, s")
     worker_max_retries: int = Field(30, ge=0, description="retries before a measurement fails")

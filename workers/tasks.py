@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ccscope.classifier.stopping import StoppingRule
 from ccscope.errors import CaptureError, CCScopeError
 from ccscope.settings import settings
 from ccscope.store.blobs import BlobError
@@ -96,6 +97,9 @@ class WorkerConfig:
     # verdict is the slower profile's, not the sum); bench/scale checks they do not disturb
     # each other on the lab path.
     concurrent_profiles: bool = True
+    # Adaptive stopping (classifier/stopping.py, the default rule): the profiles' downloads stop
+    # once the verdict on their traces so far has settled, never before the rule's min_s.
+    adaptive: bool = True
 
     @classmethod
     def from_env(cls, vantage: str, **overrides: object) -> WorkerConfig:
@@ -124,6 +128,8 @@ class WorkerConfig:
             cfg = replace(cfg, keep_pcap=True)
         if env.worker_concurrent_profiles is not None:
             cfg = replace(cfg, concurrent_profiles=env.worker_concurrent_profiles)
+        if env.worker_adaptive is not None:
+            cfg = replace(cfg, adaptive=env.worker_adaptive)
         return replace(cfg, **overrides)  # type: ignore[arg-type]
 
 
@@ -302,6 +308,7 @@ def _measure_and_classify(
                 transport=m.transport,
                 **({"access": cfg.access} if cfg.access else {}),
                 **({"concurrent": True} if cfg.concurrent_profiles else {}),
+                **({"stopping": StoppingRule()} if cfg.adaptive else {}),
             )
         except CCScopeError as e:
             return _after_error(store, mid, str(e), e.kind)
