@@ -157,7 +157,7 @@ def main() -> int:
     env_file.write_text(
         "".join(f"{k}={v}\n" for k, v in ports.items())
         + f"CCSCOPE_API_TOKEN={token}\nCCSCOPE_LAB=1\nCCSCOPE_LAB_DIR={LAB_DIR}\nWORKER_CONCURRENCY=6\n"
-        + "CCSCOPE_DB_PASSWORD=bench\nNEAR_ACCESS=--delay 5\nFAR_ACCESS=--delay 40 --jitter 1\n"
+        + "DB_PASSWORD=bench\nNEAR_ACCESS=--delay 5\nFAR_ACCESS=--delay 40 --jitter 1\n"
     )
     dc += [str(env_file)]
     t0 = time.monotonic()
