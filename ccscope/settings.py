@@ -50,6 +50,9 @@ class Settings(BaseSettings):
         3600.0, gt=0, description="seconds before an unacked task is redelivered"
     )
     restore_interval: float = Field(10.0, gt=0, description="seconds between restores of unacked tasks")
+    sweep_interval: float = Field(
+        300.0, gt=0, description="seconds between beat's sweeps for dead runs and lost messages"
+    )
     # ---- workers -----------------------------------------------------------------------------
     worker_profiles: str | None = Field(None, description="profiles of a 'default' measurement (default A,B)")
     worker_timeout: float | None = Field(None, gt=0, description="seconds per download (default 60)")

@@ -577,6 +577,20 @@ class Store:
                     done.append(mid)
             return done
 
+    def queued_before(self, older_than_seconds: float, limit: int = 10_000) -> list[tuple[int, str]]:
+        """(id, vantage point) of `queued` measurements untouched for `older_than_seconds`: the
+        candidates of the sweep that re-dispatches rows whose broker message was lost."""
+        cutoff = utcnow() - dt.timedelta(seconds=older_than_seconds)
+        with self.sessions() as s:
+            rows = s.execute(
+                select(Measurement.id, VantagePoint.name)
+                .join(VantagePoint, VantagePoint.id == Measurement.vantage_id)
+                .where(Measurement.state == "queued", Measurement.updated_at < cutoff)
+                .order_by(Measurement.id)
+                .limit(limit)
+            ).all()
+        return [(int(i), str(v)) for i, v in rows]
+
     def list_measurements(self, state: str | None = None, limit: int = 100) -> list[Measurement]:
         with self.sessions() as s:
             q = select(Measurement).order_by(Measurement.id).limit(limit)
