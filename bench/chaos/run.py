@@ -22,7 +22,8 @@ and started again, `--kills` times in all; PostgreSQL is restarted a third of th
 and Redis two thirds. Afterwards the campaign is left to finish, the workers are stopped and the
 figures are counted:
 
-    lost                 planned measurements that did not end classified
+    lost                 planned measurements that did not end classified (`unfinished`: each
+                         row still open, and whether the broker held a message for it)
     duplicated           measurement rows per idempotency key > 1, verdicts per measurement > 1,
                          trace sets per (measurement, profile) > 1, census counts != verdicts
     leaked_namespaces    network namespaces still held by a process of this run
@@ -404,6 +405,78 @@ def count_outcomes(store: Any, campaign_id: int) -> dict[str, Any]:
     }
 
 
+def unfinished(store: Any, campaign_id: int, broker_url: str) -> list[dict[str, Any]]:
+    """Each row not finished when the bench stopped waiting: its state, attempts, how long since
+    it last changed or beat, and whether the broker still held a message for it."""
+    from sqlalchemy import select
+
+    from ccscope.store.models import Measurement, VantagePoint, utcnow
+    from ccscope.workers.celery_app import app, broker_measurement_ids
+
+    with store.sessions() as s:
+        rows = s.execute(
+            select(
+                Measurement.id,
+                Measurement.state,
+                Measurement.attempts,
+                Measurement.updated_at,
+                Measurement.heartbeat_at,
+                VantagePoint.name,
+            )
+            .join(VantagePoint, VantagePoint.id == Measurement.vantage_id)
+            .where(
+                Measurement.campaign_id == campaign_id,
+                Measurement.state.in_(("queued", "running", "captured")),
+            )
+        ).all()
+    if not rows:
+        return []
+    app.conf.broker_url = broker_url
+    try:
+        held = broker_measurement_ids(sorted({r.name for r in rows}), 100_000) or set()
+    except Exception as e:  # the broker may be the thing that failed: say so, keep the rest
+        log(f"could not read the broker: {e}")
+        held = set()
+    now = utcnow()
+
+    def age(t: Any) -> float | None:
+        return round((now - t.replace(tzinfo=now.tzinfo)).total_seconds(), 1) if t else None
+
+    return [
+        {
+            "id": r.id,
+            "vantage": r.name,
+            "state": r.state,
+            "attempts": r.attempts,
+            "since_update_s": age(r.updated_at),
+            "since_heartbeat_s": age(r.heartbeat_at),
+            "message_in_broker": r.id in held,
+        }
+        for r in rows
+    ]
+
+
+def log_counts(workers: list[Worker], work: Path) -> dict[str, Any]:
+    """What the workers' and beat's logs say about failures the counts above cannot show."""
+    marks = {
+        "task_raised_unexpected": "raised unexpected",
+        "broker_connection_lost": "Connection to broker lost",
+        "celery_restarted_by_supervisor": "restarting in",
+        "orphans_redispatched": "queued without a message in the broker",
+        "dead_runs_rerun": "its worker died mid-run",
+        "heartbeat_failed": "heartbeat failed",
+    }
+    out: dict[str, Any] = {}
+    texts = {w.vantage: w.log_path.read_text(errors="replace") for w in workers}
+    for key, needle in marks.items():
+        out[key] = {v: t.count(needle) for v, t in texts.items()}
+    unexpected = [
+        line.strip()[:300] for t in texts.values() for line in t.splitlines() if "raised unexpected" in line
+    ]
+    out["unexpected_examples"] = sorted(set(unexpected))[:10]
+    return out
+
+
 def store_sizes(store: Any) -> dict[str, Any]:
     """Rows and bytes per table (PostgreSQL's own accounting, indexes and TOAST included) and
     the traces' bytes: the per-measurement figures deploy/SCALE.md scales up."""
@@ -439,7 +512,7 @@ def main() -> int:
     ap.add_argument("--sites", type=int, default=60, help="sites in the campaign's list (x3 vantage points)")
     ap.add_argument("--object-bytes", type=int, default=12_000)
     ap.add_argument("--work-dir", default="/var/tmp/ccscope-bench-chaos")
-    ap.add_argument("--finish-timeout", type=float, default=600)
+    ap.add_argument("--finish-timeout", type=float, default=900)
     args = ap.parse_args()
     if os.geteuid() != 0:
         log("bench/chaos needs root (namespaces)")
@@ -537,6 +610,9 @@ def main() -> int:
             "CCSCOPE_WORKER_RETRY_BASE": "1",
             "CCSCOPE_WORKER_RETRY_CAP": "5",
             "CCSCOPE_WORKER_MAX_RETRIES": "200",
+            # Beat's sweep for dead runs and lost messages every 30 s (the deployment's 300 s
+            # would let a lost message hold the campaign's end for minutes).
+            "CCSCOPE_SWEEP_INTERVAL": "30",
         }
         beat = subprocess.Popen(
             [
@@ -667,16 +743,23 @@ def main() -> int:
         log(f"{kills} kills done; letting the campaign finish")
         # Finish: every planned row must end; rows that the broker lost would stay queued, so
         # none is re-dispatched by hand here.
-        deadline = time.monotonic() + args.finish_timeout
+        t_kills_done = time.monotonic()
+        deadline = t_kills_done + args.finish_timeout
+        last_log = 0.0
         while time.monotonic() < deadline:
             st = store.measurement_states()
             if not st.get("queued") and not st.get("running") and not st.get("captured"):
                 break
+            if time.monotonic() - last_log > 30:
+                log(f"finishing: {st}")
+                last_log = time.monotonic()
             time.sleep(3)
         result["finish_s"] = round(time.monotonic() - t_start, 1)
+        result["drain_after_kills_s"] = round(time.monotonic() - t_kills_done, 1)
         result["slots"] = slots
         result["restarts"] = restarts
         result.update(count_outcomes(store, camp.id))
+        result["unfinished"] = unfinished(store, camp.id, redis.url)
         for w in workers:
             w.stop()
         beat.terminate()
@@ -685,6 +768,7 @@ def main() -> int:
             sum(1 for p in (work / "scratch").rglob("m*") if p.is_dir()) if (work / "scratch").exists() else 0
         )
         result["store_sizes"] = store_sizes(store)
+        result["worker_logs"] = log_counts(workers, work)
     # Everything this run started is stopped now (workers, beat, services, the lab): whatever
     # of it still runs, or was left in the kernel by a killed shell, is a leak.
     time.sleep(2)
