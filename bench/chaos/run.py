@@ -343,8 +343,18 @@ def leftovers(run_id: str, killed: list[int], root_ns: str | None) -> dict[str, 
             for dev in (f"ccs{idx}o", f"ccs{idx}i"):
                 if Path(f"/sys/class/net/{dev}").exists():
                     devices.append(dev)
+
+    def describe(pid: int) -> dict[str, Any]:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            f = stat[stat.rindex(")") + 2 :].split()
+            return {"pid": pid, "ppid": int(f[1]), "pgid": int(f[2]), "cmd": cmd[:200]}
+        except (OSError, ValueError, IndexError):
+            return {"pid": pid, "cmd": None}
+
     return {
-        "surviving_processes": survivors,
+        "surviving_processes": [describe(p) for p in survivors],
         "leaked_namespaces": len(namespaces),
         "leaked_nft_tables": len(leaked_tables),
         "leaked_tun_devices": len(devices),
