@@ -259,7 +259,10 @@ def run_measurement(
         # Beat often enough that neither the lease nor the staleness window can run out on a
         # live run, whatever the knobs say.
         every = min(cfg.heartbeat_seconds, cfg.lease_seconds / 4, cfg.stale_after_seconds / 4)
-        with store.keep_alive(measurement_id, _holder(measurement_id), cfg.lease_seconds, every):
+        # Longer than any live run: every profile to its timeout one after another, set-up,
+        # trace storage and classification.
+        longest = len(_profiles_for(m, cfg)) * (cfg.timeout + 30.0) + 120.0
+        with store.keep_alive(measurement_id, _holder(measurement_id), cfg.lease_seconds, every, longest):
             return _measure_and_classify(store, m, cfg, measure_fn)
     finally:
         store.release_site(domain, _holder(measurement_id))

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -1027,15 +1028,28 @@ class Store:
 
     @contextlib.contextmanager
     def keep_alive(
-        self, measurement_id: int, holder: str, lease_seconds: float, every: float
+        self,
+        measurement_id: int,
+        holder: str,
+        lease_seconds: float,
+        every: float,
+        max_seconds: float | None = None,
     ) -> Iterator[threading.Event]:
         """Beat (`heartbeat`) every `every` seconds from a background thread while the block
         runs. Yields an Event that is set if a beat finds the claim lost. A beat that fails
-        (database briefly away) is logged and retried at the next interval."""
+        (database briefly away) is logged and retried at the next interval. After `max_seconds`
+        the beats stop: a run stuck past any length a live one can have (a thread blocked for
+        good) lets its row go stale and be run again, instead of holding it and its site."""
         stop, lost = threading.Event(), threading.Event()
+        until = time.monotonic() + max_seconds if max_seconds is not None else None
 
         def beat() -> None:
             while not stop.wait(every):
+                if until is not None and time.monotonic() > until:
+                    log.warning("measurement %s: still running after %.0f s; no more beats", measurement_id,
+                                max_seconds)  # fmt: skip
+                    lost.set()
+                    return
                 try:
                     if not self.heartbeat(measurement_id, holder, lease_seconds):
                         log.warning("measurement %s: lost its lease or was requeued", measurement_id)
