@@ -308,6 +308,16 @@ def _census_child(args: argparse.Namespace) -> int:
                 "lateness_p99_ms_median": round(statistics.median(late), 3) if late else None,
                 "shell_directions_over_1ms": sum(x >= 1.0 for x in late),
                 "shell_directions": len(late),
+                "wire_bytes_per_measurement_median": int(statistics.median(wire_bytes))
+                if wire_bytes
+                else None,
+                "trace_bytes_per_measurement_median": int(statistics.median(trace_bytes))
+                if trace_bytes
+                else None,
+                "trace_gzip_ratio_median": round(statistics.median(gz_ratio), 2) if gz_ratio else None,
+                "verdict_evidence_bytes_median": int(statistics.median(evidence_bytes))
+                if evidence_bytes
+                else None,
                 "accuracy": acc,
             }
         )
