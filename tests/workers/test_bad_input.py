@@ -1,12 +1,12 @@
 """Bad input to the distributed engine, each reported with its reason and nothing lost: a
 vantage namespace that cannot be built, services a namespace cannot reach, a full trace
-store, a campaign larger than its list. (A broker that goes away and a stopped campaign are in
-bench/chaos: they need the whole engine.)"""
+store (a real download into a 4 KiB file system), a campaign larger than its list. A worker
+killed mid-measurement and a broker restarted mid-campaign are in test_celery.py (real Redis,
+real workers); the whole engine under 100 kills and restarts is bench/chaos."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +17,7 @@ import pytest
 from ccscope.errors import EXIT_SETUP
 from ccscope.store.core import Store
 from ccscope.workers.tasks import Transient, WorkerConfig, plan_campaign, run_measurement
+from tests.workers.conftest import obj_url
 
 CCSCOPE = [sys.executable, "-c", "from ccscope.cli import main; raise SystemExit(main())"]
 
@@ -59,51 +60,40 @@ def test_namespace_worker_refuses_loopback_services(tmp_path: Path) -> None:
 
 @pytest.fixture
 def tiny_trace_dir(tmp_path: Path):
-    """A 64 KiB file system for the traces: full after the first trace."""
+    """A 4 KiB file system for the traces: too small for one."""
     if os.geteuid() != 0:
         pytest.skip("needs root (mounts a tmpfs)")
     d = tmp_path / "traces"
     d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(d)], check=True)
     try:
         yield d
     finally:
         subprocess.run(["umount", "-l", str(d)], check=False)
 
 
-def test_full_trace_store_requeues_with_the_reason(tmp_path: Path, tiny_trace_dir: Path) -> None:
+@pytest.mark.netns
+def test_full_trace_store_requeues_with_the_reason(lab, tmp_path: Path, tiny_trace_dir: Path) -> None:
+    # A real download (the lab, profile A) whose traces do not fit the trace store: the row goes
+    # back to the queue with the reason, nothing half-stored, the scratch files gone; once the
+    # store has room, the same row is measured and classified.
     store = Store(f"sqlite:///{tmp_path / 'ccscope.db'}", str(tiny_trace_dir))
     store.migrate()
     store.add_vantage("paris")
-    m, _ = store.enqueue_measurement("shop.example", "paris", "tcp", "s1", url="https://shop.example/big")
-
-    def fake_measure(url: str, profiles: tuple[str, ...], out: Path, **_kw: object) -> object:
-        from types import SimpleNamespace
-
-        out.mkdir(parents=True, exist_ok=True)
-        runs = []
-        for p in profiles:
-            f = out / f"{p}.sender.trace.json"
-            f.write_text(json.dumps({"format": "ccscope-trace/1", "pad": "x" * 200_000}))
-            runs.append(
-                SimpleNamespace(
-                    profile=p,
-                    sender_trace_file=str(f),
-                    trace_file=None,
-                    error=None,
-                    fetch={"status": 200},
-                    pcap_file=None,
-                )
-            )
-        return SimpleNamespace(runs=runs)
-
-    cfg = WorkerConfig(vantage="paris", out_root=tmp_path / "work", min_gap_seconds=0)
+    m, _ = store.enqueue_measurement("cubic.lab.test", "paris", "tcp", "s1", url=obj_url("cubic"))
+    cfg = WorkerConfig(
+        vantage="paris", profiles=("A",), lab=True, out_root=tmp_path / "work", min_gap_seconds=0, timeout=40
+    )
     with pytest.raises(Transient) as e:
-        run_measurement(store, m.id, cfg, measure_fn=fake_measure)
+        run_measurement(store, m.id, cfg)
     assert "trace store cannot take" in str(e.value) and "No space left on device" in str(e.value)
     row = store.get_measurement(m.id)
     assert row.state == "queued" and not row.traces  # back in the queue, nothing half-stored
     assert not list((tmp_path / "work").rglob("*.json"))  # the scratch files went too
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_trace_dir)], check=True)
+    out = run_measurement(store, m.id, cfg)
+    row = store.get_measurement(m.id)
+    assert out.state == "classified" and row.attempts == 2 and len(row.traces) == 1, out
     store.close()
 
 
