@@ -18,9 +18,9 @@ the compose test and the adaptive-stopping study can add theirs):
 * `projection`: sites per hour for a 2-core host that only measures, derived from the sweep's
   CPU seconds per measurement (the derivation is written into the JSON).
 * `ttv`: time to verdict, live: every zoo CCA's lab site measured the way workers measure
-  (profiles side by side, adaptive stopping with the default rule or --rule, the crawler's preferred
-  object size and the workers' 60 s cap); the wall time from the start of the measurement to
-  the verdict on its stored traces, p50 and p90.
+  (profiles side by side, adaptive stopping with the default rule or --rule, the crawler's
+  least object size, 420 KB, and the workers' 60 s cap); the wall time from the start of the
+  measurement to the verdict on its stored traces, p50 and p90.
 * `stopping`: recall with adaptive stopping beside full length, on the reference set's unseen
   draws (the robustness bench's headline set): `classifier.stopping.simulate` replays each
   measurement's recorded traces cut at every check (what a live run would have read then),
@@ -680,7 +680,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=200_000, help="profiles: object bytes")
     ap.add_argument("--k", default="32,64,128", help="sweep: concurrency levels")
     ap.add_argument("--work-dir", default="/var/tmp/ccscope-bench-scale")
-    ap.add_argument("--ttv-bytes", type=int, default=2_000_000, help="ttv: object bytes")
+    ap.add_argument("--ttv-bytes", type=int, default=420_000, help="ttv: object bytes (the crawler's least)")
     ap.add_argument("--ttv-cap", type=float, default=60.0, help="ttv: seconds per download (the workers')")
     ap.add_argument("--ttv-parallel", type=int, default=4, help="ttv: measurements at a time")
     ap.add_argument("--ttv-rounds", type=int, default=1)
