@@ -102,6 +102,9 @@ class IPFrames:
     records: int
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _check_magic(head: bytes, name: str) -> None:
     """Refuse what is not a pcap or pcapng file from its first bytes, before reading the rest."""
     if len(head) == 0:
@@ -130,7 +133,9 @@ def load_image(source: str | os.PathLike[str] | bytes) -> tuple[bytes, str]:
                         f"{name}: capture is {size} bytes, above the {MAX_FILE_BYTES}-byte limit; "
                         "split it (editcap -c) first"
                     )
-                _check_magic(f.read(4), name)
+                head = f.read(4)
+                if head[:2] != GZIP_MAGIC:  # a gzip'd capture's magic is checked once inflated
+                    _check_magic(head, name)
                 if size < 1 << 20:
                     f.seek(0)
                     data = f.read()
@@ -138,10 +143,12 @@ def load_image(source: str | os.PathLike[str] | bytes) -> tuple[bytes, str]:
                     data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # type: ignore[assignment]
         except OSError as e:
             raise CaptureError(f"{name}: cannot read capture: {e.strerror or e}") from e
-    if data[:2] == b"\x1f\x8b":  # .pcap.gz / .pcapng.gz: inflate, bounded like a plain file
+    if data[:2] == GZIP_MAGIC:  # .pcap.gz / .pcapng.gz: inflate, bounded like a plain file
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
-                data = gz.read(MAX_FILE_BYTES + 1)
+                head = gz.read(4)
+                _check_magic(head, name)  # refuse a gzip'd non-capture before inflating the rest
+                data = head + gz.read(MAX_FILE_BYTES + 1 - len(head))
         except (OSError, EOFError, zlib.error) as e:
             raise CaptureError(f"{name}: cannot decompress capture: {e}") from e
     if len(data) > MAX_FILE_BYTES:

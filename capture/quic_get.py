@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -141,17 +142,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("url")
     ap.add_argument("--lab", action="store_true", help="allow lab (private) targets")
     ap.add_argument("--cacert", help="CA bundle to verify the server with (default: the system store)")
+    ap.add_argument(
+        "--ca-pem", help="the CA certificate itself (PEM text), for a client that cannot read the file"
+    )
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--handshake-timeout", type=float, default=10.0)
     ap.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
     ap.add_argument("--run-id")
     ap.add_argument("--qlog", help="write the client's own qlog here")
+    ap.add_argument(
+        "--qlog-private",
+        action="store_true",
+        help="write the qlog in a private temporary directory and name it in the report "
+        "(`qlog_file`): the unprivileged client in a shell cannot write into the run's directory",
+    )
     args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ccscope-quic-ca-") as tmp:
+        cafile = args.cacert
+        if args.ca_pem:
+            # the Rust client reads a file: the PEM goes to a private one of this (unprivileged) user
+            cafile = str(Path(tmp) / "ca.pem")
+            Path(cafile).write_text(args.ca_pem)
+        if args.qlog_private:
+            args.qlog = str(Path(tempfile.mkdtemp(prefix=QLOG_PREFIX)) / "client.sqlog")
+        return _run(args, cafile)
+
+
+QLOG_PREFIX = "ccscope-qlog-"
+
+
+def _run(args: argparse.Namespace, cafile: str | None) -> int:
     try:
         r = quic_get(
             args.url,
             lab=args.lab,
-            cafile=args.cacert,
+            cafile=cafile,
             timeout=args.timeout,
             handshake_timeout=args.handshake_timeout,
             max_bytes=args.max_bytes,
@@ -163,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         r, code = QuicResult(url=args.url, error=f"refused: {e}", error_kind="refused_target"), 3
     except (CCScopeError, OSError, subprocess.SubprocessError) as e:
         r, code = QuicResult(url=args.url, error=str(e) or type(e).__name__, error_kind="client"), 4
-    print(json.dumps(asdict(r)), flush=True)
+    doc = asdict(r)
+    if args.qlog_private:
+        doc["qlog_file"] = args.qlog
+    print(json.dumps(doc), flush=True)
     return code
 
 

@@ -93,7 +93,7 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
             label=UNKNOWN,
             kind="unknown",
             confidence=float(1.0 - d.probabilities[d.best]),  # mass not on the nearest class
-            nearest=FAMILY.get(d.best, d.best),
+            nearest=d.family,
             explanation=_explain(d, usable, unknown=True),
             classifier_version=version,
             probabilities=probs,

@@ -14,10 +14,10 @@ How a measurement is read:
    cross traffic, so the forest learns each CCA's shape beside the path it was measured on.
 2. **Per measurement**, the traces' log vote shares add (the traces are independent views of
    one server), divided by a temperature fitted on out-of-bag votes per number of traces.
-3. **Unknown** comes from the rules in `classifier/rules/`, each a conformal test calibrated on
-   out-of-bag measurements of the class the forest named: a measurement is Unknown when it is
-   less conforming than all but a share `alpha` of known measurements of that class were on
-   draws the trees never saw. Each rule's `alpha` is its share of the false-Unknown budget.
+3. **Unknown** comes from the rules in `classifier/rules/`, each calibrated on out-of-bag
+   measurements (read by trees that never saw their draw): `uncertain` keeps the named verdicts
+   wrong at most `max_wrong` of the time; the conformal rules call a measurement Unknown when it
+   is less conforming than all but a share `alpha` of known measurements of that class were.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class Decision:
     also_consistent_with: list[str] = field(default_factory=list)
     shape_probabilities: dict[str, float] = field(default_factory=dict)  # the naive Bayes alone
     details: dict[str, Any] = field(default_factory=dict)  # per rule: what it measured
+    family: str | None = None  # Unknown: the family sure enough to name ("BBR-like")
 
 
 def _rows(ms: Sequence[Measurement], names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -80,6 +81,7 @@ class CCAClassifier:
         knn_clip: float = 8.0,
         knn_nan_cost: float = 1.0,
         families: dict[str, str] | None = None,
+        max_wrong: float = 0.03,
     ) -> None:
         self.n_trees = n_trees
         self.max_features = max_features
@@ -95,12 +97,14 @@ class CCAClassifier:
         self.knn_clip = knn_clip
         self.knn_nan_cost = knn_nan_cost
         self.families = dict(families or {})
+        self.max_wrong = max_wrong  # the share of named verdicts allowed to be wrong
 
     # --- scikit-learn's parameter protocol -------------------------------------------------
 
     _PARAMS = (
         "n_trees", "max_features", "min_leaf", "max_depth", "seed", "vote_floor", "features",
         "alpha_ambiguous", "alpha_atypical", "knn_k", "knn_top", "knn_clip", "knn_nan_cost", "families",
+        "max_wrong",
     )  # fmt: skip
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -215,6 +219,11 @@ class CCAClassifier:
             if rule.name == "ambiguous":
                 consistent = res.details.get("consistent", consistent)
         shape = softmax(self.shape_model_.joint_log_likelihood(rows).sum(axis=0) / max(1.0, len(rows)))
+        family = None
+        if reasons and "uncertain" in self.rules_:
+            from ccscope.classifier.rules.uncertain import Uncertain
+
+            family = Uncertain.family(self, self.rules_["uncertain"], pr)
         return Decision(
             None if reasons else best,
             best,
@@ -224,6 +233,7 @@ class CCAClassifier:
             [c for c in consistent if c != best],
             {c: float(v) for c, v in zip(self.shape_model_.classes_, shape, strict=True)},
             details,
+            family,
         )
 
     def predict(self, X: Sequence[Measurement]) -> list[str]:

@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,9 @@ def summary_code_digest() -> str:
 
 def _summarise_path(path: str) -> dict[str, Any]:
     try:
-        return summarise(Trace.load(path)).to_dict()
+        file, _, frac = path.partition(HEAD_MARK)
+        tr = Trace.load(file)
+        return summarise(tr.head(tr.duration * float(frac)) if frac else tr).to_dict()
     except Exception as e:  # a broken trace is reported as such, never trained on silently
         return TraceSummary({}, f"unreadable trace: {type(e).__name__}: {e}").to_dict()
 
@@ -530,6 +532,31 @@ def sample_set(rec: dict[str, Any]) -> str:
     return str(split)
 
 
+# Every training measurement also trains as its first half and first three quarters: a census
+# trace can stop anywhere (a short object, adaptive stopping), and a prefix is a real trace of
+# the same CCA on the same path, only with fewer cycles. A prefix's path is `FILE#head=F`;
+# prefixes share their measurement's draw, so they never calibrate each other.
+PREFIXES = (0.5, 0.75)
+HEAD_MARK = "#head="
+
+
+def with_prefixes(samples: Sequence[Sample], fractions: Sequence[float] = PREFIXES) -> list[Sample]:
+    out = list(samples)
+    for s in samples:
+        if s.set not in ("train", "quic_train"):
+            continue
+        for f in fractions:
+            out.append(
+                replace(
+                    s,
+                    key=f"{s.key}{HEAD_MARK}{f}",
+                    paths=tuple(f"{p}{HEAD_MARK}{f}" for p in s.paths),
+                    truth=tuple(f"{p}{HEAD_MARK}{f}" for p in s.truth),
+                )
+            )
+    return out
+
+
 def load_samples(root: Path) -> tuple[list[Sample], list[str]]:
     """Every collected measurement under `root` (its index.jsonl, the last line per job) as a
     Sample, and a line per job left out with the reason (failed jobs, missing files): a broken
@@ -575,7 +602,7 @@ def load_samples(root: Path) -> tuple[list[Sample], list[str]]:
                 transport=str(rec.get("transport") or "tcp"),
             )
         )
-    return out, skipped
+    return with_prefixes(out), skipped
 
 
 def draw_factors(draw: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
@@ -647,8 +674,13 @@ def train_and_eval(
         )
     meta = {
         "reference_measurements": len(samples),
-        "sets": {k: sum(1 for s in samples if s.set == k) for k in sorted({s.set for s in samples})},
+        # measurements per set (a training measurement's prefixes are not counted again)
+        "sets": {
+            k: sum(1 for s in samples if s.set == k and HEAD_MARK not in s.key)
+            for k in sorted({s.set for s in samples})
+        },
         "alignment": "sender",
+        "prefixes": list(PREFIXES),
     }
     model = fit_model(train, summ, meta)
     path = None

@@ -39,12 +39,12 @@ class CertPaths:
     key: Path
 
 
-def cert_paths(directory: Path) -> CertPaths:
+def cert_paths(directory: Path, leaf: str = "server") -> CertPaths:
     return CertPaths(
         ca_cert=directory / "ca.pem",
         ca_key=directory / "ca.key",
-        cert=directory / "server.pem",
-        key=directory / "server.key",
+        cert=directory / f"{leaf}.pem",
+        key=directory / f"{leaf}.key",
     )
 
 
@@ -144,9 +144,10 @@ def _leaf_ok(p: CertPaths, ca: x509.Certificate, dns: list[str], ips: list[str])
     return set(dns) <= have_dns and set(ips) <= have_ip
 
 
-def ensure_certs(directory: Path, dns_names: list[str], ips: list[str]) -> CertPaths:
-    """CA + server certificate covering `dns_names` and `ips`, reusing what is still valid."""
-    p = cert_paths(directory)
+def ensure_certs(directory: Path, dns_names: list[str], ips: list[str], leaf: str = "server") -> CertPaths:
+    """CA + a server certificate (`leaf`: its file name) covering `dns_names` and `ips`, reusing
+    what is still valid. Several leaves share the one CA."""
+    p = cert_paths(directory, leaf)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         loaded = _load_ca(p)

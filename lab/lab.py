@@ -401,8 +401,12 @@ class Lab:
         if quic:
             from ccscope.lab.quic import lab as quic_lab
 
+            # The QUIC servers get a leaf with names only: BoringSSL (quiche's TLS) refuses a leaf
+            # with an IP address SAN under a CA whose name constraints include an IP range, and
+            # QUIC clients verify the server by name (SNI) anyway.
+            qcerts = ensure_certs(self.cert_dir, names, [], leaf="quic-server")
             qcfg = quic_lab.write_config(self.dir / "quic.json", quic, instance=params.instance,
-                                         cert=str(certs.cert), key=str(certs.key),
+                                         cert=str(qcerts.cert), key=str(qcerts.key),
                                          groundtruth_dir=self.gt_dir, large=params.large_bytes)  # fmt: skip
             server_cmd = quic_lab.wrap(qcfg, server_cmd)
         tables_before = _nft_tables()

@@ -73,12 +73,14 @@ def main() -> int:
     from ccscope.classifier.model import Model
     from ccscope.classifier.train import (
         DEFAULT_ROOT,
+        HEAD_MARK,
         evaluate,
         fit_model,
         predict_rows,
         reference_data,
         score,
         wilson,
+        with_prefixes,
         write_eval,
     )
 
@@ -100,7 +102,10 @@ def main() -> int:
     out: dict[str, Any] = {
         "model": model.version,
         "input": f"shipped summaries ({source.name})" if source else f"traces under {args.root}",
-        "sets": {k: sum(1 for s in samples if s.set == k) for k in sorted({s.set for s in samples})},
+        "sets": {
+            k: sum(1 for s in samples if s.set == k and HEAD_MARK not in s.key)
+            for k in sorted({s.set for s in samples})
+        },
     }
     classes = model.classes
     res = evaluate(model, samples, summ)
@@ -162,14 +167,16 @@ def main() -> int:
         params = {"n_trees": args.trees} if args.trees else {}
         rng = np.random.default_rng(20261125)
         for g in GROUPS:
-            sub = [s for s in train if g in s.factors.get("fixed", [])]
+            base = [s for s in train if HEAD_MARK not in s.key]
+            sub = [s for s in base if g in s.factors.get("fixed", [])]
             if len(sub) < 40:
                 rows_fo.append({"factor": g, "note": f"only {len(sub)} training draws held it mild"})
                 continue
-            m_fo = fit_model(sub, summ, {"factor_out": g}, params=params)
+            m_fo = fit_model(with_prefixes(sub), summ, {"factor_out": g}, params=params)
             pr = predict_rows(m_fo, unseen, summ)
-            ctrl_idx = rng.choice(len(train), size=len(sub), replace=False)
-            m_ctrl = fit_model([train[i] for i in sorted(ctrl_idx)], summ, {"control": g}, params=params)
+            ctrl_idx = rng.choice(len(base), size=len(sub), replace=False)
+            ctrl = with_prefixes([base[i] for i in sorted(ctrl_idx)])
+            m_ctrl = fit_model(ctrl, summ, {"control": g}, params=params)
             pc = predict_rows(m_ctrl, unseen, summ)
             act = [r for r in pr if active(g, r["factors"])]
             act_c = [r for r in pc if active(g, r["factors"])]

@@ -4,7 +4,11 @@ servers' own qlog."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +22,17 @@ def client_command(req: ClientRequest) -> list[str]:
     cmd = [
         sys.executable, "-m", "ccscope.capture.quic_get", req.url,
         "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
-        "--qlog", str(req.out_dir / f"{req.stem}.client.sqlog"),
+        "--qlog-private",
     ]  # fmt: skip
     if req.lab:
         cmd.append("--lab")
     if req.cafile is not None:
-        cmd += ["--cacert", str(req.cafile)]
+        # the client runs unprivileged and may not reach the lab's state directory: hand it the
+        # (public) CA certificate itself, as the TCP client
+        try:
+            cmd += ["--ca-pem", Path(req.cafile).read_text()]
+        except OSError as e:
+            raise CaptureError(f"cannot read the lab CA {req.cafile}: {e}") from None
     return cmd
 
 
@@ -50,6 +59,8 @@ def flows(
     from ccscope.capture.quic_bif import quic_flows_from_pcap
 
     log = out_dir / f"{stem}.client.sqlog" if out_dir is not None and stem else None
+    if log is not None:
+        take_client_qlog(fetch.get("qlog_file"), log)
     both = quic_flows_from_pcap(
         pcap,
         ("capture", "sender"),
@@ -63,6 +74,43 @@ def flows(
     flow = pick_flow(cap.traces, int(fetch.get("local_port") or 0))
     sender = pick_flow(both["sender"].traces, flow.flow.client_port)
     return Flows(capture=flow, sender=sender, partial=cap.partial, info=dict(flow.extra.get("quic") or {}))
+
+
+MAX_QLOG_BYTES = 256 << 20
+
+
+def take_client_qlog(reported: object, dest: Path) -> Path | None:
+    """Copy the qlog the unprivileged client wrote (the path its report names) to `dest`, and
+    remove the client's temporary directory. The path comes from a process that talked to an
+    untrusted server, so only a regular file, not a link, directly in a `ccscope-qlog-*`
+    directory of the system's temporary directory, owned by the same user as that directory,
+    and of a bounded size is taken."""
+    from ccscope.capture.quic_get import QLOG_PREFIX
+
+    if not isinstance(reported, str) or not reported:
+        return None
+    src = Path(reported)
+    parent = src.parent
+    if (
+        src.name != "client.sqlog"
+        or parent.parent != Path(tempfile.gettempdir())
+        or not parent.name.startswith(QLOG_PREFIX)
+    ):
+        return None
+    try:
+        pst, fst = os.lstat(parent), os.lstat(src)
+        if not (stat.S_ISDIR(pst.st_mode) and stat.S_ISREG(fst.st_mode)) or fst.st_uid != pst.st_uid:
+            return None
+        if fst.st_size > MAX_QLOG_BYTES:
+            return None
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f, dest.open("wb") as out:
+            shutil.copyfileobj(f, out)
+        return dest
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def groundtruth(flow: Trace, sender: Trace, profile: Profile, run_id: str, **_: Any) -> dict[str, Any] | None:

@@ -5,10 +5,11 @@ under its name, computed from the fitted estimator's out-of-bag calibration set)
 `check(clf, state, rows, proba, best) -> RuleResult`. A new rule is one module here and one
 entry in the tuple; the estimator and the verdict need no edit.
 
-Every rule is a conformal test: its nonconformity score for the named class is compared with
-the scores of known measurements of that class on draws the model never trained on, and the
-measurement is Unknown when its p-value is at most the rule's alpha (its share of the
-false-Unknown budget). No threshold is hand-chosen; each alpha is a stated budget.
+`uncertain` bounds how often a named verdict is wrong (selective classification at the
+budget `max_wrong`); `ambiguous` and `atypical` are conformal tests bounding how often a known
+CCA on an unseen path is called Unknown for their reason (each `alpha` its share of that
+budget). No threshold is hand-chosen: each is learnt from out-of-bag measurements at a stated
+budget.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 from ccscope.classifier.rules.ambiguous import Ambiguous
 from ccscope.classifier.rules.atypical import Atypical
 from ccscope.classifier.rules.base import Rule, RuleResult, conformal_p
+from ccscope.classifier.rules.uncertain import Uncertain
 
-RULES: tuple[Rule, ...] = (Ambiguous(), Atypical())
+RULES: tuple[Rule, ...] = (Uncertain(), Ambiguous(), Atypical())
 
 __all__ = ["RULES", "Rule", "RuleResult", "conformal_p"]

@@ -15,6 +15,7 @@ measurements for a p-value of a percent or two).
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,7 +53,8 @@ def knn_distance(
     out, worst = np.empty(len(rows)), np.zeros(len(rows), dtype=np.int64)
     for i in range(len(rows)):
         nb = ref[near[i]]
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a feature no neighbour has: NaN
             centre = np.nanmedian(nb, axis=0) if len(nb) else np.full(rows.shape[1], np.nan)
         dev = np.abs(rows[i] - centre) / scale[0]
         # a feature measurable here but in none of the neighbours (or the reverse) counts as

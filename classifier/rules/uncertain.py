@@ -1,0 +1,103 @@
+"""Unknown when the forest is not sure enough to be trusted: selective classification with a
+stated error budget.
+
+The conformal rules bound how often a *known* CCA is called Unknown; they say nothing about how
+often a named verdict is wrong, and off the training paths that is what a census reader needs.
+This rule learns, from the out-of-bag calibration set (every training measurement read by trees
+that never saw its network draw), the lowest calibrated probability `tau` such that measurements
+named at or above it were wrong at most `max_wrong` of the time, counted conservatively (one
+extra error, so a handful of lucky calibration measurements cannot open the gate). Below `tau`
+the measurement is Unknown.
+
+The same test one level up picks `tau_family`: an Unknown measurement whose family (BBR,
+CUBIC, Reno, ...) holds at least that much probability is reported as "unknown, <family>-like";
+otherwise no family is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ccscope.classifier.rules.base import RuleResult
+
+if TYPE_CHECKING:
+    from ccscope.classifier.estimator import CCAClassifier
+
+NEVER = 1.01  # a threshold no probability reaches: the budget cannot be met at any confidence
+
+
+def selective_threshold(p: Sequence[float], right: Sequence[bool], max_wrong: float) -> tuple[float, float]:
+    """The lowest threshold on `p` whose accepted set (p >= threshold) has a conservative error
+    rate (wrong + 1) / (accepted + 1) of at most `max_wrong`, and the share it accepts."""
+    order = np.argsort(-np.asarray(p, dtype=np.float64), kind="stable")
+    ps = np.asarray(p, dtype=np.float64)[order]
+    ok = np.asarray(right, dtype=bool)[order]
+    best, cover = NEVER, 0.0
+    wrong = 0
+    for i in range(len(ps)):
+        wrong += int(not ok[i])
+        # only cut between distinct values: ties are accepted or refused together
+        if i + 1 < len(ps) and ps[i + 1] == ps[i]:
+            continue
+        if (wrong + 1) / (i + 2) <= max_wrong:
+            best, cover = float(ps[i]), (i + 1) / len(ps)
+    return best, cover
+
+
+def family_proba(clf: CCAClassifier, proba: np.ndarray) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, c in enumerate(clf.classes_):
+        f = clf.families.get(c, c)
+        out[f] = out.get(f, 0.0) + float(proba[k])
+    return out
+
+
+class Uncertain:
+    name = "uncertain"
+
+    def fit(self, clf: CCAClassifier) -> dict[str, Any]:
+        cal = clf.calib_
+        pr, truth = cal["proba"], cal["truth"]
+        top = pr.argmax(axis=1)
+        tau, cover = selective_threshold(pr.max(axis=1).tolist(), (top == truth).tolist(), clf.max_wrong)
+        fp, fright = [], []
+        for row, t in zip(pr, truth, strict=True):
+            fam = family_proba(clf, row)
+            best = max(fam, key=lambda f: fam[f])
+            fp.append(fam[best])
+            fright.append(best == clf.families.get(clf.classes_[int(t)], clf.classes_[int(t)]))
+        tau_f, cover_f = selective_threshold(fp, fright, clf.max_wrong)
+        return {
+            "tau": round(tau, 6),
+            "coverage": round(cover, 4),
+            "tau_family": round(tau_f, 6),
+            "coverage_family": round(cover_f, 4),
+            "calibration_measurements": len(truth),
+        }
+
+    def check(
+        self, clf: CCAClassifier, state: dict[str, Any], rows: np.ndarray, proba: np.ndarray, best: int
+    ) -> RuleResult:
+        p = float(proba[best])
+        tau = float(state["tau"])
+        details = {"tau": tau, "p": round(p, 4)}
+        if p >= tau:
+            return RuleResult(1.0, None, details)
+        c = clf.classes_[best]
+        gate = "no probability" if tau > 1.0 else f"{tau:.0%}"
+        return RuleResult(
+            0.0,
+            f"not sure enough: {c} at {p:.0%}, and on network draws the trees never saw, named "
+            f"verdicts were right {1 - clf.max_wrong:.0%} of the time only from {gate} up",
+            details,
+        )
+
+    @staticmethod
+    def family(clf: CCAClassifier, state: dict[str, Any], proba: np.ndarray) -> str | None:
+        """The family to name in an Unknown verdict, when its probability clears `tau_family`."""
+        fam = family_proba(clf, proba)
+        best = max(fam, key=lambda f: fam[f])
+        return best if fam[best] >= float(state.get("tau_family", NEVER)) else None
