@@ -134,6 +134,11 @@ def main() -> int:
     ap.add_argument("--scale-json", default="bench/results/scale.json")
     ap.add_argument("--keep", action="store_true", help="leave the deployment up afterwards")
     ap.add_argument("--timeout", type=float, default=420, help="seconds for the campaign")
+    ap.add_argument(
+        "--lock",
+        help="take this flock before the lab comes up (the shared netns lock): the image builds "
+        "before it need no lock",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         log("bench/compose needs root (the engine, the lab)")
@@ -167,6 +172,12 @@ def main() -> int:
 
     from ccscope.lab.lab import Lab, LabParams
 
+    if args.lock:
+        import fcntl
+
+        lock = open(args.lock, "a")  # noqa: SIM115 - held until the process exits
+        log(f"waiting for {args.lock}")
+        fcntl.flock(lock, fcntl.LOCK_EX)
     lab = Lab(LAB_DIR)
     lab.up(
         LabParams(
