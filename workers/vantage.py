@@ -25,6 +25,9 @@ from ccscope.workers.supervise import Child
 
 # Set inside the namespace: the inner worker must not try to build another one.
 INSIDE_ENV = "CCSCOPE_WORKER_IN_NETNS"
+# What the worker inside its namespace is given of this process's environment.
+PASSED_PREFIXES = ("CCSCOPE_", "AWS_")
+PASSED_NAMES = ("HOME", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 
 
 def inside() -> bool:
@@ -38,9 +41,13 @@ def run_in_vantage_netns(vantage: str, access: Sequence[str], inner_argv: Sequen
     lost (the vantage point's queue keeps them for a worker that can run)."""
     from ccscope.capture.shell import link_argv
 
-    argv = link_argv([*access, "--quiet"], list(inner_argv), keep_root=True)
     env = {**os.environ, INSIDE_ENV: "1"}
     env.pop("CCSCOPE_WORKER_ACCESS", None)  # the namespace is the access path: no second one
+    # The shell hands its command an allow-listed environment only; the worker needs its own
+    # settings (store, broker, trace store and their credentials) inside.
+    passed = sorted(k for k in env if k.startswith(PASSED_PREFIXES) or k in PASSED_NAMES)
+    options = [*access, "--quiet", *(o for k in passed for o in ("--pass-env", k))]
+    argv = link_argv(options, list(inner_argv), keep_root=True)
     setup_error: list[str] = []
 
     def relay(line: str) -> None:

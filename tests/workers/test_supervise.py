@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 SUPERVISOR = """
 import sys
 from ccscope.workers.supervise import Child
@@ -55,3 +57,22 @@ def test_supervise_restarts_a_child_that_dies(tmp_path: Path) -> None:
     assert supervise([sys.executable, "-c", script], "the test child", max_delay=2.0) == 0
     assert runs.read_text() == "xxx"
     assert 3.5 < time.monotonic() - t0 < 20
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (ccscope-link)")
+def test_the_worker_in_its_namespace_gets_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The vantage shell hands its command an allow-listed environment; the worker inside still
+    # needs the store, broker and trace-store settings and their credentials.
+    from ccscope.workers.vantage import run_in_vantage_netns
+
+    monkeypatch.setenv("CCSCOPE_BROKER_URL", "redis://198.18.72.9:1/0")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
+    monkeypatch.setenv("CCSCOPE_WORKER_ACCESS", "--delay 5")
+    check = (
+        "import os, sys; e = os.environ; "
+        "sys.exit(0 if e.get('CCSCOPE_BROKER_URL') == 'redis://198.18.72.9:1/0' and "
+        "e.get('AWS_SECRET_ACCESS_KEY') == 's3cret' and e.get('CCSCOPE_WORKER_IN_NETNS') == '1' and "
+        "'CCSCOPE_WORKER_ACCESS' not in e else 9)"
+    )
+    assert run_in_vantage_netns("far", ["--delay", "1"], [sys.executable, "-c", check]) == 0
