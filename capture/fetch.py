@@ -26,6 +26,11 @@ from ccscope.identity import USER_AGENT
 from ccscope.targets import Target, TargetPolicy
 
 MAX_REDIRECTS = 5
+# After a stop, the process stays this long after closing its socket: the close sends the
+# server a reset (unread data), which must cross the shell's delay line before the shell, seeing
+# its command exit, tears the link down. Else the server sends on into the void until its
+# retransmissions give up, and the lab's ground truth of the connection waits for that.
+STOP_LINGER_S = 1.0
 MAX_HEADER_BYTES = 64 * 1024
 CHUNK = 64 * 1024
 
@@ -255,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         kind = os_error_kind(e) if isinstance(e, OSError) else "protocol"
         out, code = asdict(FetchResult(url=args.url, error=str(e) or type(e).__name__, error_kind=kind)), 4
     print(json.dumps(out), flush=True)
+    if out.get("stopped"):
+        time.sleep(STOP_LINGER_S)
     return code
 
 

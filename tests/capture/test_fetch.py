@@ -22,6 +22,7 @@ LOOPBACK = TargetPolicy.public().widened("127.0.0.0/8")
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen_headers: ClassVar[dict] = {}
+    slow_started: ClassVar[threading.Event] = threading.Event()
 
     def log_message(self, *a):
         pass
@@ -65,6 +66,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Length", str(10_000_000))
             self.end_headers()
+            Handler.slow_started.set()
             try:
                 for _ in range(5000):
                     self.wfile.write(b"w" * 2048)
@@ -150,7 +152,9 @@ def test_sigterm_mid_body_ends_as_a_stopped_download(server):
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.5)
+    # Mid-body: the response has begun (the client is past its start-up and in the body loop).
+    assert Handler.slow_started.wait(30)
+    time.sleep(0.5)
     p.send_signal(signal.SIGTERM)
     out, _ = p.communicate(timeout=10)
     r = json.loads(out)
