@@ -367,12 +367,17 @@ class _Watcher:
         history: list[Verdict] = []
         t0 = time.monotonic()
         tick = t0
+        # A check before this can never be among the `stable` last ones once `min_s` is held
+        # (the traces hold less than the wall time since the start): skip its parse and classify.
+        first_useful = self.rule.min_s - (self.rule.stable - 1) * self.rule.every_s - self.rule.every_s / 2
         while True:
             tick += self.rule.every_s
             while time.monotonic() < tick:
                 if all(f.done() for f in futures):
                     return
                 time.sleep(min(0.1, max(0.0, tick - time.monotonic())))
+            if tick - t0 < first_useful:
+                continue
             traces = [self._live(p) for p in self.profiles]
             if any(t is None for t in traces):
                 continue  # a profile has no connection yet: nothing to read
