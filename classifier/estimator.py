@@ -119,13 +119,23 @@ class CCAClassifier:
 
     # --- fitting ---------------------------------------------------------------------------
 
-    def fit(self, X: Sequence[Measurement], y: Sequence[str], groups: Sequence[str]) -> CCAClassifier:
+    def fit(
+        self,
+        X: Sequence[Measurement],
+        y: Sequence[str],
+        groups: Sequence[str],
+        calibrate: Sequence[bool] | None = None,
+    ) -> CCAClassifier:
         """`X`: measurements; `y`: their class; `groups`: the network draw of each (rows of one
-        draw never calibrate each other: a calibration row stands for a path never trained on)."""
+        draw never calibrate each other: a calibration row stands for a path never trained on).
+        `calibrate`: which measurements the Unknown rules are calibrated on (default all): the
+        population verdicts are given for, e.g. whole downloads but not their training prefixes."""
         from ccscope.classifier.rules import RULES
 
         if not (len(X) == len(y) == len(groups)):
             raise ValueError("X, y and groups must have one entry per measurement")
+        if calibrate is not None and len(calibrate) != len(X):
+            raise ValueError("calibrate must have one entry per measurement")
         rows, owner = _rows(X, self.features)
         if len(rows) == 0:
             raise ValueError("no usable trace to train on")
@@ -155,11 +165,12 @@ class CCAClassifier:
             self.temperature_[str(k)] = _fit_temperature([per_m[m] for m in ms], [truth[m] for m in ms])
         # the calibration set: every training measurement as the trees that never saw its draw
         # read it
+        cal = [m for m in meas if calibrate is None or calibrate[m]]
         self.calib_ = {
-            "proba": np.array([self._calibrated(per_m[m], n_tr[m]) for m in meas]),
-            "truth": np.array([truth[m] for m in meas], dtype=np.int64),
-            "groups": [str(groups[m]) for m in meas],
-            "measurements": [X[m] for m in meas],
+            "proba": np.array([self._calibrated(per_m[m], n_tr[m]) for m in cal]),
+            "truth": np.array([truth[m] for m in cal], dtype=np.int64),
+            "groups": [str(groups[m]) for m in cal],
+            "measurements": [X[m] for m in cal],
         }
         self.train_rows_ = rows
         self.train_y_ = np.array([self.classes_.index(v) for v in ya.tolist()], dtype=np.int64)

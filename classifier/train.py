@@ -226,7 +226,12 @@ def fit_model(
         if not keep:
             continue
         ests[transport] = CCAClassifier(families=FAMILY, **(params or {})).fit(
-            [X[i] for i in keep], [mine[i].label for i in keep], [mine[i].group for i in keep]
+            [X[i] for i in keep],
+            [mine[i].label for i in keep],
+            [mine[i].group for i in keep],
+            # the rules are calibrated on whole downloads, what verdicts are given for; the
+            # prefixes only train the trees
+            calibrate=[HEAD_MARK not in mine[i].key for i in keep],
         )
         counts[transport] = {"train_measurements": len(keep), "train_unusable": len(mine) - len(keep)}
     if "tcp" not in ests:
@@ -638,8 +643,10 @@ def reference_data(
     `shipped_fallback`) the shipped DEFAULT_FEATURES."""
     if features is None:
         samples, skipped = load_samples(root)
-        for s in skipped:
-            log(f"left out: {s}")
+        for s in skipped[:3]:
+            log(f"left out: {s[:300]}")
+        if len(skipped) > 3:
+            log(f"... {len(skipped)} measurements left out in all (failed or without traces)")
         if samples:
             paths = [p for s in samples for p in (*s.paths, *s.truth)]
             summ = summaries_for(paths, root, workers=workers, progress=_progress("summarising"))

@@ -4,8 +4,8 @@
 
 Each run is the demo as a newcomer starts it (lab up, a census of the 12 lab sites from the two
 emulated vantage points, profiles A+B, the shipped model), without serving the API and without
-the QUIC census. Per run: the 24 TCP verdicts beside the truth, right / Unknown / wrong /
-insufficient / failed counts, and the run's length. Needs root and the lab (~10 min a run).
+the QUIC census, into a temporary store. Per run: the 24 TCP verdicts beside the truth, right /
+Unknown / wrong / insufficient / failed counts, and the run's length. Needs root and the lab (~10 min a run).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,11 +24,13 @@ ROW_KEYS = ("domain", "vantage", "truth", "display", "confidence", "outcome")
 
 def one_run(i: int) -> dict[str, object]:
     t0 = time.time()
-    r = subprocess.run(
-        [sys.executable, "-c", "import sys; from ccscope.demo import run_demo; "
-         "sys.exit(run_demo(serve=False, with_quic=False, as_json=True))"],
-        capture_output=True, text=True, cwd=REPO, timeout=3600,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="ccscope-demo-bench-") as tmp:
+        code = (
+            "import sys; from ccscope.demo import run_demo; sys.exit(run_demo(serve=False, "
+            f"with_quic=False, as_json=True, db_url='sqlite:///{tmp}/demo.db', trace_dir='{tmp}/traces'))"
+        )
+        argv = [sys.executable, "-c", code]
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=3600)
     if r.returncode not in (0, 1) or not r.stdout.strip():
         return {"run": i, "error": (r.stderr or "")[-2000:], "returncode": r.returncode}
     doc = json.loads(r.stdout)

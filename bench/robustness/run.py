@@ -62,6 +62,8 @@ def recall_row(rows: list[dict[str, Any]], classes: list[str]) -> dict[str, Any]
         "measurements": s["measurements"],
         "recall": s["mean_recall"],
         "ci": s["mean_recall_ci"],
+        # the forest's most likely class before the Unknown rules: what the traces tell apart
+        "recall_top1": s["mean_recall_top1"],
         "unknown_rate": s["unknown_rate"],
         "wrong_rate": s["wrong_rate"],
         "insufficient_rate": s["insufficient_rate"],
@@ -123,6 +125,7 @@ def main() -> int:
             "insufficient_unseen_ci": u.get("insufficient_ci"),
             "per_class_unseen": u.get("per_class"),
             "recall_naive_bayes_unseen": u.get("mean_recall_naive_bayes"),
+            "recall_top1_unseen": u.get("mean_recall_top1"),
         }
     )
     per = u.get("per_class") or {}
@@ -152,6 +155,7 @@ def main() -> int:
         orows = predict_rows(oracle, [s for s in unseen if s.truth], summ, truth=True)
         o = score(orows, oracle.classes)
         out["recall_oracle_unseen"] = o["mean_recall"]
+        out["recall_oracle_unseen_top1"] = o["mean_recall_top1"]
         out["recall_oracle_unseen_ci"] = o["mean_recall_ci"]
         out["oracle_detail"] = {
             k: o[k] for k in ("measurements", "unknown_rate", "wrong_rate", "insufficient_rate")
@@ -195,6 +199,7 @@ def main() -> int:
             print(f"factor {g}: recall {row['recall']} (control {row['control_same_size']['recall']})",
                   file=sys.stderr)  # fmt: skip
     out["factor_out"] = rows_fo
+    out["factor_out_trees"] = args.trees or model.estimator.n_trees
     ok = [r["recall"] for r in rows_fo if r.get("recall") is not None]
     out["factor_out_lowest"] = min(ok) if ok else None
 

@@ -9,6 +9,13 @@ named at or above it were wrong at most `max_wrong` of the time, counted conserv
 extra error, so a handful of lucky calibration measurements cannot open the gate). Below `tau`
 the measurement is Unknown.
 
+How well a trace can tell CCAs apart depends on the path: a window of a few segments moves by
+whole segments per round trip whatever the controller, and without SACK a recovery hides the
+window. So the gate is learnt per **stratum** of the path the trace itself shows (SACK seen or
+not; the BDP in segments under 12, 12-40, over 40; `STRATA`), Mondrian-style, where the stratum
+holds at least `1 / max_wrong` calibration measurements, and from all of them elsewhere: an
+easy path is not held to the gate of the hardest, nor a hard one let through by the easy.
+
 The same test one level up picks `tau_family`: an Unknown measurement whose family (BBR,
 CUBIC, Reno, ...) holds at least that much probability is reported as "unknown, <family>-like";
 otherwise no family is named.
@@ -27,6 +34,16 @@ if TYPE_CHECKING:
     from ccscope.classifier.estimator import CCAClassifier
 
 NEVER = 1.01  # a threshold no probability reaches: the budget cannot be met at any confidence
+BDP_EDGES = (12.0, 40.0)  # segments: where AIMD steps dominate / where shapes have room
+
+
+def stratum(clf: CCAClassifier, rows: np.ndarray) -> str:
+    """The path stratum of a measurement's usable traces (their median)."""
+    names = list(clf.features)
+    sack = float(np.nanmedian(rows[:, names.index("ctx_sack")])) >= 0.5 if "ctx_sack" in names else False
+    bdp = float(np.exp(np.nanmedian(rows[:, names.index("ctx_bdp_pkts")]))) if "ctx_bdp_pkts" in names else 0
+    size = "small" if bdp < BDP_EDGES[0] else "mid" if bdp < BDP_EDGES[1] else "large"
+    return f"{'sack' if sack else 'nosack'}-{size}"
 
 
 def selective_threshold(p: Sequence[float], right: Sequence[bool], max_wrong: float) -> tuple[float, float]:
@@ -62,7 +79,15 @@ class Uncertain:
         cal = clf.calib_
         pr, truth = cal["proba"], cal["truth"]
         top = pr.argmax(axis=1)
-        tau, cover = selective_threshold(pr.max(axis=1).tolist(), (top == truth).tolist(), clf.max_wrong)
+        pmax, right = pr.max(axis=1), top == truth
+        tau, cover = selective_threshold(pmax.tolist(), right.tolist(), clf.max_wrong)
+        strata = np.array([stratum(clf, clf.trace_rows(m)) for m in cal["measurements"]])
+        per: dict[str, dict[str, float | int]] = {}
+        for st in sorted(set(strata.tolist())):
+            k = strata == st
+            if k.sum() * clf.max_wrong >= 1.0:
+                t, c = selective_threshold(pmax[k].tolist(), right[k].tolist(), clf.max_wrong)
+                per[st] = {"tau": round(t, 6), "coverage": round(c, 4), "n": int(k.sum())}
         fp, fright = [], []
         for row, t in zip(pr, truth, strict=True):
             fam = family_proba(clf, row)
@@ -73,6 +98,7 @@ class Uncertain:
         return {
             "tau": round(tau, 6),
             "coverage": round(cover, 4),
+            "strata": per,
             "tau_family": round(tau_f, 6),
             "coverage_family": round(cover_f, 4),
             "calibration_measurements": len(truth),
@@ -82,8 +108,9 @@ class Uncertain:
         self, clf: CCAClassifier, state: dict[str, Any], rows: np.ndarray, proba: np.ndarray, best: int
     ) -> RuleResult:
         p = float(proba[best])
-        tau = float(state["tau"])
-        details = {"tau": tau, "p": round(p, 4)}
+        st = stratum(clf, rows)
+        tau = float((state.get("strata") or {}).get(st, {}).get("tau", state["tau"]))
+        details = {"tau": tau, "p": round(p, 4), "stratum": st}
         if p >= tau:
             return RuleResult(1.0, None, details)
         c = clf.classes_[best]
@@ -91,7 +118,8 @@ class Uncertain:
         return RuleResult(
             0.0,
             f"not sure enough: {c} at {p:.0%}, and on network draws the trees never saw, named "
-            f"verdicts were right {1 - clf.max_wrong:.0%} of the time only from {gate} up",
+            f"verdicts on paths like this one ({st}) were right {1 - clf.max_wrong:.0%} of the "
+            f"time only from {gate} up",
             details,
         )
 
