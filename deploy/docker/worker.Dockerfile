@@ -9,5 +9,7 @@
 FROM ccscope/python
 RUN apt-get update && apt-get install -y iproute2 nftables && rm -rf /var/lib/apt/lists/*
 COPY capture/link/target/release/ccscope-link /usr/local/bin/ccscope-link
+COPY deploy/docker/worker-start.sh /usr/local/bin/worker-start
 ENV CCSCOPE_LINK=/usr/local/bin/ccscope-link
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/worker-start"]
 CMD ["ccscope", "worker", "--help"]
