@@ -68,7 +68,11 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
     transports = sorted({s.transport for s in usable})
     if len(transports) > 1:
         raise ModelError(f"traces of several transports ({', '.join(transports)}) are not one measurement")
-    d = m.for_transport(transports[0]).decide(usable)
+    transport = transports[0]
+    # A model without classes for this transport reads its traces with the TCP classes (a QUIC
+    # stack's CUBIC named as the kernel CUBIC it implements), and the evidence says so.
+    estimator_used = transport if transport in m.estimators else "tcp"
+    d = m.for_transport(estimator_used).decide(usable)
     top = sorted(d.probabilities.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     evidence: dict[str, Any] = {
         "traces": per_trace,
@@ -86,6 +90,7 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
         # classes the measurement cannot rule out at the rules' budget (the conformal set)
         "also_consistent_with": d.also_consistent_with,
         "unknown_because": d.reasons,
+        "estimator": estimator_used,
     }
     probs = {c: p for c, p in d.probabilities.items() if p >= 1e-4}
     if d.label is None:

@@ -80,7 +80,8 @@ def test_trace_plot_and_classify_plot(tmp_path: Path) -> None:
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     r = cli("classify", "--plot", str(tmp_path / "v.png"), a, b)
-    assert r.returncode == 0 and (tmp_path / "v.png").stat().st_size > 20_000
+    # exit 0 for a named CCA, 5 for Unknown: the plot is written either way
+    assert r.returncode in (0, 5) and (tmp_path / "v.png").stat().st_size > 20_000
 
 
 def test_exit_codes_are_in_the_help() -> None:
