@@ -392,15 +392,14 @@ class _Redis:
 def test_broker_restart_mid_campaign_loses_nothing(lab, store, tmp_path):
     """The broker goes away while measurements run and comes back: the supervised worker
     (`ccscope worker`) reconnects or is restarted, and every measurement ends classified
-    exactly once (one verdict, one set of traces); nothing is left queued or running."""
-    from ccscope.workers.celery_app import app, dispatch
-
+    exactly once (one verdict, one set of traces); nothing is left queued or running. The
+    messages are sent from a child process: this process's Celery app keeps its connections
+    (and would keep them to this test's broker once it is gone)."""
     rdir = tmp_path / "redis"
     rdir.mkdir()
     broker = _Redis(rdir)
     broker.start()
-    old = app.conf.broker_url, app.conf.result_backend
-    app.conf.broker_url = app.conf.result_backend = broker.url
+
     e = dict(os.environ)  # the lab's state directory among it
     e.update(
         CCSCOPE_DB_URL=store.url,
@@ -431,8 +430,9 @@ def test_broker_restart_mid_campaign_loses_nothing(lab, store, tmp_path):
         ids = []
         for i, c in enumerate(CCAS * 2):
             m, _ = store.enqueue_measurement(f"{c}.lab.test", "paris", "tcp", f"broker-{i}", url=obj_url(c))
-            dispatch(m.id, "paris")
             ids.append(m.id)
+        send = f"from ccscope.workers.celery_app import dispatch\nfor i in {ids!r}: dispatch(i, 'paris')"
+        subprocess.run([sys.executable, "-c", send], env=e, check=True, timeout=60)
         deadline = time.monotonic() + 30
         while not any(store.get_measurement(i).state == "running" for i in ids):
             assert time.monotonic() < deadline, w.text()[-2000:]
@@ -452,4 +452,3 @@ def test_broker_restart_mid_campaign_loses_nothing(lab, store, tmp_path):
     finally:
         w.stop()
         broker.stop()
-        app.conf.broker_url, app.conf.result_backend = old

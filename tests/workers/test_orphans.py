@@ -16,12 +16,12 @@ from ccscope.store.core import Store
 @pytest.fixture
 def app(redis_url: str) -> Iterator[Any]:
     from ccscope.workers.celery_app import app
+    from tests.workers.conftest import use_broker
 
-    old = app.conf.broker_url, app.conf.result_backend
-    app.conf.broker_url = redis_url
-    app.conf.result_backend = redis_url
+    old = app.conf.broker_url
+    use_broker(app, redis_url)
     yield app
-    app.conf.broker_url, app.conf.result_backend = old
+    use_broker(app, old)
 
 
 def test_sweep_dispatches_only_the_rows_without_a_message(app: Any, store: Store) -> None:
