@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import signal
 import socket
 import ssl
 import sys
@@ -25,6 +26,11 @@ from ccscope.identity import USER_AGENT
 from ccscope.targets import Target, TargetPolicy
 
 MAX_REDIRECTS = 5
+# After a stop, the process stays this long after closing its socket: the close sends the
+# server a reset (unread data), which must cross the shell's delay line before the shell, seeing
+# its command exit, tears the link down. Else the server sends on into the void until its
+# retransmissions give up, and the lab's ground truth of the connection waits for that.
+STOP_LINGER_S = 1.0
 MAX_HEADER_BYTES = 64 * 1024
 CHUNK = 64 * 1024
 
@@ -41,11 +47,23 @@ class FetchResult:
     local_port: int = 0
     redirects: list[str] = field(default_factory=list)
     truncated: bool = False  # stopped at max_bytes or the deadline, or the body ended short
+    stopped: bool = False  # ended early on SIGTERM (adaptive stopping): the body so far counts
     error: str | None = None
     # What kind of failure, for whoever decides to retry: target_refused, dns_temporary,
     # connection_refused, timeout, unreachable, network, tls, protocol, redirects (None when
     # there was no error).
     error_kind: str | None = None
+
+
+class StopDownload(CCScopeError):
+    """SIGTERM arrived: the measurement has seen enough (adaptive stopping)."""
+
+    kind = "stopped"
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the report must still get out
+    raise StopDownload("stopped on request before the body")
 
 
 class FetchError(CCScopeError):
@@ -166,22 +184,25 @@ def fetch(
                 res.redirects.append(current)
                 continue
             res.bytes = len(body)
-            while res.bytes < max_bytes:
-                left = deadline - time.monotonic()
-                if left <= 0:
+            try:
+                while res.bytes < max_bytes:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        res.truncated = True
+                        break
+                    sock.settimeout(left)
+                    try:
+                        chunk = sock.recv(CHUNK)
+                    except TimeoutError:
+                        res.truncated = True
+                        break
+                    if not chunk:
+                        break
+                    res.bytes += len(chunk)
+                else:
                     res.truncated = True
-                    break
-                sock.settimeout(left)
-                try:
-                    chunk = sock.recv(CHUNK)
-                except TimeoutError:
-                    res.truncated = True
-                    break
-                if not chunk:
-                    break
-                res.bytes += len(chunk)
-            else:
-                res.truncated = True
+            except StopDownload:
+                res.truncated = res.stopped = True
             expected = _content_length(headers)
             if expected is not None and res.bytes < expected:
                 # the server closed before the body was complete (a send timeout in a long loss
@@ -213,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-id")
     args = ap.parse_args(argv)
     out: dict[str, Any]
+    # A SIGTERM mid-body ends the download as a cut one (exit 0, `stopped`), not as a failure.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         r = fetch(
             args.url,
@@ -226,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         out = asdict(r)
         code = 0 if 200 <= r.status < 300 else 4
+    except StopDownload as e:
+        out = asdict(FetchResult(url=args.url, error=str(e), error_kind=e.kind, stopped=True))
+        code = 4
     except TargetRefused as e:
         out, code = asdict(FetchResult(url=args.url, error=f"refused: {e}", error_kind=e.kind)), 3
     except FetchError as e:
@@ -234,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         kind = os_error_kind(e) if isinstance(e, OSError) else "protocol"
         out, code = asdict(FetchResult(url=args.url, error=str(e) or type(e).__name__, error_kind=kind)), 4
     print(json.dumps(out), flush=True)
+    if out.get("stopped"):
+        time.sleep(STOP_LINGER_S)
     return code
 
 

@@ -3,20 +3,24 @@
 For every profile: a fresh shell (bottleneck + delay + capture at its outer edge) runs the
 transport's client (capture/transports: TCP's fetch.py, QUIC's quiche client); the transport
 turns the capture into the download's bytes-in-flight trace (matched by its client port), saved
-next to its pcap and stats. Profiles run one after
-another by default, as the published method does, so the server sees one connection at a time.
+next to its pcap and stats. Profiles run one after another by default, as the published method
+does, so the server sees one connection at a time; `concurrent=True` runs them side by side,
+each in its own shell (bench/scale checks that the two do not disturb each other on the lab
+path).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccscope.capture.shell import run_in_shell
 from ccscope.capture.transports import ClientRequest, client_result
@@ -24,6 +28,11 @@ from ccscope.errors import CaptureError, CCScopeError
 from ccscope.profile import Profile, get_profile
 from ccscope.targets import lab_mode_enabled, resolve_target
 from ccscope.transports import get_transport
+
+if TYPE_CHECKING:
+    from ccscope.classifier.stopping import StoppingRule
+    from ccscope.trace import Trace
+    from ccscope.verdict import Verdict
 
 
 @dataclass
@@ -49,6 +58,7 @@ class ProfileRun:
     # The failure's kind (capture.fetch's error_kind, or a CCScopeError's kind: capture, shell,
     # lab_down...), so that the workers decide retries on it rather than on the message.
     error_kind: str | None = None
+    stopped: bool = False  # ended early by adaptive stopping: a cut download, on purpose
 
 
 def bif_errors(groundtruth: dict[str, Any] | None) -> tuple[float | None, float | None, float | None]:
@@ -78,6 +88,9 @@ class Measurement:
     started_at: float
     transport: str = "tcp"
     runs: list[ProfileRun] = field(default_factory=list)
+    # Adaptive stopping's record (None without it): the rule, each check's verdict, and whether
+    # and when the downloads were stopped.
+    stopping: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,6 +106,7 @@ class Measurement:
             "started_at": self.started_at,
             "ok": self.ok,
             "runs": [r.__dict__ for r in self.runs],
+            **({"stopping": self.stopping} if self.stopping is not None else {}),
         }
 
 
@@ -112,6 +126,7 @@ def measure_profile(
     keep_pcap: bool = True,
     setup_slack: float = 15.0,
     transport: str = "tcp",
+    stop: threading.Event | None = None,
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
     `access`: link options of an emulated access path around the profile's shell (a lab
@@ -120,7 +135,9 @@ def measure_profile(
     name); without `keep_pcap` the capture is deleted once the traces are written. `seed` seeds
     the shell's random jitter and loss (`ccscope-link --seed`); None keeps the emulator's default.
     `transport` names a catalogued transport (ccscope/transports.py); it adapts the profile
-    (QUIC needs 1280-byte packets) and supplies the client and the capture -> trace step."""
+    (QUIC needs 1280-byte packets) and supplies the client and the capture -> trace step.
+    Setting `stop` ends the download where it is (adaptive stopping); what was captured until
+    then is the trace."""
     tr = get_transport(transport)
     why = tr.unavailable()
     if why:
@@ -155,8 +172,10 @@ def measure_profile(
         outer=access,
         layers=layers,
         timeout=timeout + setup_slack,
+        stop=stop,
     )
     run.fetch = client_result(sh.stdout)
+    run.stopped = sh.stopped
     fetch_failed = sh.returncode != 0
     if fetch_failed:
         run.error = run.fetch.get("error") or sh.stderr.strip()[-300:] or f"exit {sh.returncode}"
@@ -218,12 +237,26 @@ def measure(
     access: Sequence[str] = (),
     seed: int | None = None,
     on_profile: Callable[[str, int, int], AbstractContextManager[object]] | None = None,
+    concurrent: bool = False,
     transport: str = "tcp",
+    stopping: StoppingRule | None = None,
+    classify: Callable[[Sequence[Trace]], Verdict] | None = None,
 ) -> Measurement:
-    """Download `url` through each profile in turn. `on_profile(name, i, n)`, when given, is a
-    context manager entered around profile i of n (progress display). `transport` names a
-    catalogued transport (ccscope/transports.py)."""
+    """Download `url` through each profile in turn, or, with `concurrent`, through all of them
+    at once (one shell and one connection per profile; the time to a verdict is the longest
+    profile's, not the sum). `on_profile(name, i, n)`, when given, is a context manager entered
+    around profile i of n (progress display); concurrent profiles enter theirs together.
+    `transport` names a catalogued transport (ccscope/transports.py).
+
+    `stopping` (adaptive stopping, implies `concurrent`): while the profiles download, every
+    `stopping.every_s` seconds the captures so far become traces and are classified (`classify`,
+    default the shipped classifier); once `stopping.settled(...)` the downloads are stopped and
+    the traces end there. The rule never stops before `min_s` seconds of trace, the evidence a
+    BBRv1 server's ProbeRTT (every 10 s) needs; otherwise `timeout`/`max_bytes` cap the
+    downloads as usual. `Measurement.stopping` records the checks."""
     get_transport(transport)  # an unknown name is refused before anything runs
+    if stopping is not None:
+        concurrent = True
     lab = lab_mode_enabled(lab)
     if not lab:
         # Vet the target up front for a clear refusal; fetch vets it again inside the shell.
@@ -235,27 +268,138 @@ def measure(
     m = Measurement(
         url=url, run_id=run_id, out_dir=str(out), lab=lab, started_at=time.time(), transport=transport
     )
-    for i, name in enumerate(profiles):
+
+    stop = threading.Event() if stopping is not None else None
+
+    def one(i: int, name: str) -> ProfileRun:
         around = on_profile(name, i, len(profiles)) if on_profile else nullcontext()
         try:
             with around:
-                m.runs.append(
-                    measure_profile(
-                        url,
-                        get_profile(name),
-                        out,
-                        run_id=run_id,
-                        lab=lab,
-                        timeout=timeout,
-                        max_bytes=max_bytes,
-                        access=access,
-                        seed=seed,
-                        transport=transport,
-                    )
+                return measure_profile(
+                    url,
+                    get_profile(name),
+                    out,
+                    run_id=run_id,
+                    lab=lab,
+                    timeout=timeout,
+                    max_bytes=max_bytes,
+                    access=access,
+                    seed=seed,
+                    transport=transport,
+                    stop=stop,
                 )
         except CCScopeError as e:
-            m.runs.append(
-                ProfileRun(profile=name, ok=False, error=str(e), error_kind=e.kind, transport=transport)
-            )
+            return ProfileRun(profile=name, ok=False, error=str(e), error_kind=e.kind, transport=transport)
+
+    if (concurrent and len(profiles) > 1) or stop is not None:
+        # Each profile has its own shell, bottleneck and capture; threads only wait on them.
+        with ThreadPoolExecutor(max_workers=len(profiles), thread_name_prefix=f"measure-{run_id}") as pool:
+            futures = [pool.submit(one, i, name) for i, name in enumerate(profiles)]
+            if stopping is not None and stop is not None:
+                watcher = _Watcher(url, profiles, out, transport, stopping, classify, stop)
+                watcher.run(futures)
+                m.stopping = watcher.record
+            m.runs.extend(f.result() for f in futures)
+    else:
+        m.runs.extend(one(i, name) for i, name in enumerate(profiles))
     (out / "measurement.json").write_text(json.dumps(m.to_dict(), indent=2, default=str))
     return m
+
+
+class _Watcher:
+    """Adaptive stopping's loop, beside the running downloads: snapshots of the growing pcaps
+    become the sender-aligned traces the classifier reads, every `rule.every_s` seconds."""
+
+    def __init__(
+        self,
+        url: str,
+        profiles: Sequence[str],
+        out: Path,
+        transport: str,
+        rule: StoppingRule,
+        classify: Callable[[Sequence[Trace]], Verdict] | None,
+        stop: threading.Event,
+    ) -> None:
+        tr = get_transport(transport)
+        self.url, self.out, self.tr, self.rule, self.stop = url, out, tr, rule, stop
+        self.profiles = [tr.adapt_profile(get_profile(p)) for p in profiles]
+        self.classify = classify
+        self.record: dict[str, Any] = {
+            "rule": {k: getattr(rule, k) for k in ("every_s", "min_s", "stable", "min_p")},
+            "settled": False,
+            "stopped_at_s": None,
+            "verdict": None,
+            "checks": [],
+        }
+
+    def _classify(self, traces: Sequence[Trace]) -> Verdict:
+        if self.classify is None:
+            from ccscope.classifier import classify
+
+            self.classify = classify
+        return self.classify(traces)
+
+    def _live(self, profile: Profile) -> Trace | None:
+        """The download's sender-aligned trace from its capture so far; None before it has one.
+        The pcap is flushed every 100 ms by the emulator: a record cut at the end is dropped by
+        the reader, as after a crash."""
+        pcap = self.out / f"{profile.name}.pcap"
+        snap = self.out / f"{profile.name}.live.pcap"
+        try:
+            snap.write_bytes(pcap.read_bytes())
+            got = self.tr.flows(
+                snap,
+                fetch={},
+                object_url=self.url,
+                profile=profile,
+                out_dir=self.out,
+                stem=f"{profile.name}.live",
+                link_stats=None,
+            )
+        except (OSError, CCScopeError):
+            return None
+        finally:
+            snap.unlink(missing_ok=True)
+        return got.sender
+
+    def run(self, futures: Sequence[Any]) -> None:
+        """Check until the rule settles (then set `stop`) or every download has ended."""
+        history: list[Verdict] = []
+        t0 = time.monotonic()
+        tick = t0
+        # A check before this can never be among the `stable` last ones once `min_s` is held
+        # (the traces hold less than the wall time since the start): skip its parse and classify.
+        first_useful = self.rule.min_s - (self.rule.stable - 1) * self.rule.every_s - self.rule.every_s / 2
+        while True:
+            tick += self.rule.every_s
+            while time.monotonic() < tick:
+                if all(f.done() for f in futures):
+                    return
+                time.sleep(min(0.1, max(0.0, tick - time.monotonic())))
+            if tick - t0 < first_useful:
+                continue
+            traces = [self._live(p) for p in self.profiles]
+            if any(t is None for t in traces):
+                continue  # a profile has no connection yet: nothing to read
+            live = [t for t in traces if t is not None]
+            held = min(t.duration for t in live)
+            try:
+                v = self._classify(live)
+            except CCScopeError as e:
+                history.clear()  # a check that could not be made breaks the run of equal ones
+                self.record["checks"].append({"at_s": round(held, 2), "error": str(e)[:200]})
+                continue
+            history.append(v)
+            self.record["checks"].append(
+                {
+                    "at_s": round(held, 2),
+                    "wall_s": round(time.monotonic() - t0, 2),
+                    "display": v.display,
+                    "kind": v.kind,
+                    "confidence": round(v.confidence, 3),
+                }
+            )
+            if self.rule.settled(history, held):
+                self.record.update(settled=True, stopped_at_s=round(held, 2), verdict=v.display)
+                self.stop.set()
+                return

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,7 @@ class ShellRun:
     stats: dict[str, Any] | None
     pcap: Path | None
     timed_out: bool = False  # stopped by run_in_shell's timeout
+    stopped: bool = False  # stopped on request (`stop` set: adaptive stopping)
 
     @property
     def setup_failed(self) -> bool:
@@ -104,12 +106,27 @@ def run_in_shell(
     outer: Sequence[str] = (),
     layers: Sequence[Sequence[str]] = (),
     timeout: float | None = None,
+    stop: threading.Event | None = None,
 ) -> ShellRun:
-    """Run `cmd` inside a fresh shell and wait for it; never leaves the shell behind."""
+    """Run `cmd` inside a fresh shell and wait for it; never leaves the shell behind. Setting
+    `stop` ends the command early: the emulator passes SIGTERM on to it (the fetch client then
+    reports what it has) and writes out the capture, as at a normal end."""
     argv = shell_command(
         cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra, outer=outer, layers=layers
     )
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped = threading.Event()
+    if stop is not None:
+
+        def watch() -> None:
+            while proc.poll() is None:
+                if stop.wait(0.1):
+                    if proc.poll() is None:
+                        stopped.set()
+                        proc.terminate()
+                    return
+
+        threading.Thread(target=watch, name="shell-stop", daemon=True).start()
     timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -129,7 +146,15 @@ def run_in_shell(
             stats_doc = json.loads(stats.read_text())
         except (OSError, ValueError):
             stats_doc = None
-    run = ShellRun(proc.returncode, out, err, stats_doc, pcap if pcap and pcap.exists() else None, timed_out)
+    run = ShellRun(
+        proc.returncode,
+        out,
+        err,
+        stats_doc,
+        pcap if pcap and pcap.exists() else None,
+        timed_out,
+        stopped.is_set(),
+    )
     if run.setup_failed:
         raise ShellError(err.strip().splitlines()[-1] if err.strip() else "ccscope-link failed")
     return run

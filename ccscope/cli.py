@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -71,21 +72,33 @@ def _cmd_measure(args: argparse.Namespace) -> int:
         steps.step(f"downloading through profile {name} ...")
         return ticking(f"profile {name}")
 
-    m = measure(
-        args.url,
-        profiles=profiles,
-        out_dir=Path(args.out) if args.out else None,
-        lab=args.lab,
-        timeout=args.timeout,
-        max_bytes=args.max_bytes,
-        on_profile=around,
-        transport=args.transport,
-    )
+    # Concurrent profiles share one progress line: per-profile steps would interleave.
+    concurrent = args.concurrent or args.adaptive
+    whole = ticking(f"profiles {'+'.join(profiles)} at once") if concurrent else nullcontext()
+    with whole:
+        m = measure(
+            args.url,
+            profiles=profiles,
+            out_dir=Path(args.out) if args.out else None,
+            lab=args.lab,
+            timeout=args.timeout,
+            max_bytes=args.max_bytes,
+            on_profile=None if concurrent else around,
+            concurrent=concurrent,
+            transport=args.transport,
+            stopping=_stopping_rule() if args.adaptive else None,
+        )
     if args.json:
         print(json.dumps(m.to_dict(), indent=2, default=str))
     else:
         print(format_measurement(m.to_dict()))
     return 0 if m.ok else 4
+
+
+def _stopping_rule() -> Any:
+    from ccscope.classifier.stopping import StoppingRule
+
+    return StoppingRule()
 
 
 def format_measurement(d: dict[str, Any]) -> str:
@@ -123,6 +136,15 @@ def format_measurement(d: dict[str, Any]) -> str:
             "resolution, % of path BDP;\n      cap = as seen at the bottleneck, snd = shifted to "
             "the sender; strict = snd against the last truth sample"
         )
+    st = d.get("stopping")
+    if st:
+        if st.get("settled"):
+            lines.append(
+                f"adaptive stopping: stopped at {st['stopped_at_s']:.1f} s of trace, the verdict "
+                f"({st['verdict']}) settled over {st['rule']['stable']} checks"
+            )
+        else:
+            lines.append(f"adaptive stopping: not settled after {len(st['checks'])} checks; full downloads")
     return "\n".join(lines)
 
 
@@ -394,6 +416,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=90.0, help="seconds per download (default 90)")
     p.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
+    p.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="measure the profiles at the same time, each in its own shell (default: one after another)",
+    )
+    p.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="stop the downloads once the verdict has settled (adaptive stopping; implies --concurrent; "
+        "never before 14 s of trace)",
+    )
     p.add_argument(
         "--transport",
         default="tcp",

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
         3600.0, gt=0, description="seconds before an unacked task is redelivered"
     )
     restore_interval: float = Field(10.0, gt=0, description="seconds between restores of unacked tasks")
+    sweep_interval: float = Field(
+        300.0, gt=0, description="seconds between beat's sweeps for dead runs and lost messages"
+    )
     # ---- workers -----------------------------------------------------------------------------
     worker_profiles: str | None = Field(None, description="profiles of a 'default' measurement (default A,B)")
     worker_timeout: float | None = Field(None, gt=0, description="seconds per download (default 60)")
@@ -73,6 +76,17 @@ class Settings(BaseSettings):
         None, description="scratch directory for downloads (default $TMPDIR/ccscope-work)"
     )
     worker_keep_pcap: bool = Field(False, description="store each profile's pcap beside its trace")
+    worker_in_netns: bool = Field(
+        False, description="set by `ccscope worker --netns` inside the vantage point's namespace"
+    )
+    worker_concurrent_profiles: bool | None = Field(
+        None, description="download a measurement's profiles at the same time (default true)"
+    )
+    worker_adaptive: bool | None = Field(
+        None,
+        description="adaptive stopping: stop the downloads once the verdict has settled "
+        "(classifier/stopping.py; default true)",
+    )
     worker_retry_base: float = Field(5.0, gt=0, description="first retry delay of a transient failure, s")
     worker_retry_cap: float = Field(300.0, gt=0, description="longest retry delay, s")
     worker_max_retries: int = Field(30, ge=0, description="retries before a measurement fails")

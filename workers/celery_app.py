@@ -11,6 +11,8 @@ measurement exactly once. The store is CCSCOPE_DB_URL (+ CCSCOPE_TRACE_DIR), as 
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import random
 import threading
@@ -18,9 +20,10 @@ from typing import Any
 
 from celery import Celery
 from celery.beat import PersistentScheduler
+from celery.exceptions import Reject
 from celery.schedules import crontab
 from celery.signals import worker_init
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from ccscope.errors import CCScopeError
 from ccscope.settings import settings
@@ -34,12 +37,14 @@ from ccscope.workers.tasks import (
     plan_campaign,
     queued_ids,
     run_measurement,
+    shortfall,
     sweep_scratch,
 )
 
 log = logging.getLogger("ccscope.workers")
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+CONTROL_QUEUE = "ccscope.control"  # campaign planning and sweeps, consumed by `worker --control`
 
 
 def queue_name(vantage: str) -> str:
@@ -103,13 +108,20 @@ def measure_task(self: Any, measurement_id: int, vantage: str) -> dict[str, Any]
     store = get_store()
     try:
         out = run_measurement(store, measurement_id, WorkerConfig.from_env(vantage))
-    except (Transient, OperationalError) as e:
-        # OperationalError: the database was unreachable or locked for a moment.
+    except (Transient, OperationalError, InterfaceError) as e:
+        # OperationalError, InterfaceError: the database was unreachable (restarting, a
+        # connection it cut) or locked for a moment.
         if self.request.retries >= self.max_retries:
             out = give_up(store, measurement_id, str(e))
         else:
             log.info("measurement %s: %s; retrying", measurement_id, e)
-            raise self.retry(countdown=_backoff(self.request.retries), exc=e) from None
+            try:
+                self.retry(countdown=_backoff(self.request.retries), exc=e)
+            except Reject as r:
+                # The retry could not be published (the broker is away): Celery would then drop
+                # this message, and the row would wait for a message forever. Keep it instead:
+                # requeued now, or, with the broker away, redelivered after the visibility timeout.
+                raise Reject(r.reason, requeue=True) from None
     return {"measurement_id": out.measurement_id, "state": out.state, "noop": out.noop, "detail": out.detail}
 
 
@@ -125,25 +137,99 @@ def plan_campaign_task(campaign_id: int, slot: str | None = None) -> dict[str, A
     if slot is None:
         slot = cron_slot(store.get_campaign(campaign_id).schedule)
     planned = plan_campaign(store, campaign_id, slot)
+    c = store.get_campaign(campaign_id)
+    short = shortfall(c.top_n, len(store.top_sites(c.site_list.id, c.top_n)), c.site_list.name)
     sent = 0
     for vantage, ids in queued_ids(planned).items():
         for mid in ids:
             dispatch(mid, vantage)
             sent += 1
-    return {"campaign_id": campaign_id, "slot": slot, "planned": len(planned), "dispatched": sent}
+    out = {"campaign_id": campaign_id, "slot": slot, "planned": len(planned), "dispatched": sent}
+    return out | ({"warning": short} if short else {})
 
 
 @app.task(name="ccscope.requeue_stale")
 def requeue_stale_task(older_than_seconds: float = WorkerConfig.stale_after_seconds) -> list[int]:
     """Dispatch again the measurements whose worker died (normally the broker redelivers
-    them; this catches messages that were lost). The task requeues each row and frees its lease."""
+    them; this catches messages that were lost) and the queued ones the broker holds no message
+    for (lost between a queue and a worker that was killed, or a retry the broker never got).
+    The measure task requeues each dead row and frees its lease; a row dispatched twice is
+    measured once (the state machine)."""
     store = get_store()
     ids = []
     for m in store.list_measurements(state="running", limit=10_000):
         if is_stale(m, older_than_seconds):
             dispatch(m.id, m.vantage.name)
             ids.append(m.id)
+    return ids + redispatch_orphans(store, older_than_seconds)
+
+
+def redispatch_orphans(store: Store, older_than_seconds: float, max_read: int = 20_000) -> list[int]:
+    """Queued rows older than `older_than_seconds` without a message in the broker, dispatched
+    again. The broker's side is read whole (each vantage point's queue, and the delivered but
+    unacknowledged messages: running, or waiting for a retry's countdown), so it is done only
+    while a queue holds at most `max_read` messages: a campaign's tail, where a lost message
+    would otherwise leave the campaign unfinished."""
+    rows = store.queued_before(older_than_seconds)
+    if not rows:
+        return []
+    held = broker_measurement_ids(sorted({v for _, v in rows}), max_read)
+    if held is None:
+        return []
+    sent = []
+    for mid, vantage in rows:
+        if mid not in held:
+            log.warning("measurement %s: queued without a message in the broker; dispatching it again", mid)
+            dispatch(mid, vantage)
+            sent.append(mid)
+    return sent
+
+
+def broker_measurement_ids(vantages: list[str], max_read: int) -> set[int] | None:
+    """The measurement ids of ccscope.measure messages the broker holds for these vantage
+    points; None when it cannot tell (not Redis, or a queue longer than `max_read`)."""
+    with app.connection_for_read() as conn:
+        if conn.transport.driver_type != "redis":
+            log.info("the orphan sweep reads Redis only; broker %s is left alone", conn.transport.driver_type)
+            return None
+        ch = conn.default_channel
+        client = ch.client
+        raws: list[Any] = []
+        for v in vantages:
+            q = queue_name(v)
+            # kombu keeps a queue's priorities as separate lists
+            for key in dict.fromkeys([q, *(ch._q_for_pri(q, p) for p in ch.priority_steps)]):
+                n = int(client.llen(key))
+                if n > max_read:
+                    log.info("queue %s holds %d messages: the orphan sweep waits for its tail", key, n)
+                    return None
+                raws += client.lrange(key, 0, -1) if n else []
+        # Delivered, not yet acknowledged: [message, exchange, routing key] per delivery tag.
+        for raw in client.hvals(ch.unacked_key):
+            try:
+                raws.append(json.loads(raw)[0])
+            except (ValueError, IndexError, TypeError):
+                continue
+    ids: set[int] = set()
+    for raw in raws:
+        mid = _measure_arg(raw)
+        if mid is not None:
+            ids.add(mid)
     return ids
+
+
+def _measure_arg(raw: Any) -> int | None:
+    """The measurement id of a ccscope.measure message (kombu's JSON envelope), else None."""
+    try:
+        msg = json.loads(raw) if isinstance(raw, bytes | str) else raw
+        if (msg.get("headers") or {}).get("task") != "ccscope.measure":
+            return None
+        body = msg["body"]
+        if (msg.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        return int(json.loads(body)[0][0])
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
 
 
 def _crontab(schedule: str) -> crontab:
@@ -158,7 +244,7 @@ def beat_schedule(store: Store) -> dict[str, dict[str, Any]]:
     entries: dict[str, dict[str, Any]] = {
         "ccscope-requeue-stale": {
             "task": "ccscope.requeue_stale",
-            "schedule": 300.0,
+            "schedule": settings().sweep_interval,
             "args": (WorkerConfig.from_env("beat").stale_after_seconds,),
         }
     }

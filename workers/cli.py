@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import sys
 from typing import Any
 
 from ccscope.store.core import Store
@@ -33,6 +35,18 @@ def register(subparsers: Any) -> None:
         metavar="LINK_OPTIONS",
         help="emulate this vantage point's access path around every download, as ccscope-link "
         "options (lab vantage points), e.g. '--delay 60 --jitter 1'",
+    )
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="also consume the control queue (campaign planning sent by beat or `campaign run`)",
+    )
+    p.add_argument(
+        "--netns",
+        action="store_true",
+        help="run the worker in its own network namespace (a separate host's view); with --access "
+        "that namespace's link is the access path. The store, broker and S3 endpoint must then be "
+        "at addresses the namespace can route to, not loopback",
     )
     p.set_defaults(func=cmd_worker)
 
@@ -72,7 +86,35 @@ def _embedded(args: argparse.Namespace, store: Store, vantages: list[str]) -> An
     return EmbeddedWorkers(store, cfgs, concurrency=args.concurrency)
 
 
+def _inner_worker_argv(args: argparse.Namespace) -> list[str]:
+    """The same worker, minus --netns and --access (the namespace is the access path)."""
+    argv = [sys.executable, "-c", "from ccscope.cli import main; raise SystemExit(main())", "worker"]
+    argv += ["--vantage", args.vantage, "--concurrency", str(args.concurrency), "--profiles", args.profiles]
+    for flag, value in (("--db", args.db), ("--traces", args.traces)):
+        if value:
+            argv += [flag, value]
+    argv += [
+        f for f, on in (("--embedded", args.embedded), ("--lab", args.lab), ("--control", args.control)) if on
+    ]
+    return argv
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
+    from ccscope.workers import vantage
+
+    if args.netns and not vantage.inside():
+        _env(args)
+        os.environ.pop("CCSCOPE_WORKER_ACCESS", None)
+        problems = [] if args.embedded else vantage.check_reachable_services()
+        if problems:
+            print(
+                f"ccscope worker: vantage point {args.vantage!r} in its own namespace cannot reach: "
+                + "; ".join(problems),
+                file=sys.stderr,
+            )
+            return 1
+        access = shlex.split(args.access) if args.access else []
+        return vantage.run_in_vantage_netns(args.vantage, access, _inner_worker_argv(args))
     _env(args)
     if args.embedded:
         store = _store(args)
@@ -83,24 +125,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 w.close(wait=False)
         return 0
-    from ccscope.workers.celery_app import app, queue_name
+    from ccscope.workers.celery_app import CONTROL_QUEUE, queue_name
+    from ccscope.workers.supervise import supervise
 
-    app.worker_main(
-        [
-            "worker",
-            "-Q",
-            queue_name(args.vantage),
-            "-n",
-            f"{args.vantage}@%h",
-            "--concurrency",
-            str(args.concurrency),
-            "--pool",
-            "threads",  # measurements wait on subprocesses; threads are enough and cheap
-            "--loglevel",
-            "INFO",
-        ]
-    )
-    return 0
+    queues = [queue_name(args.vantage), *([CONTROL_QUEUE] if args.control else [])]
+    argv = [sys.executable, "-m", "celery", "-A", "ccscope.workers.celery_app", "worker"]
+    argv += ["-Q", ",".join(queues), "-n", f"{args.vantage}@%h", "--concurrency", str(args.concurrency)]
+    # Measurements wait on subprocesses: threads are enough and cheap. Workers share nothing but
+    # the broker and the store: no gossip, mingle or event heartbeats (they slow every start).
+    argv += ["--pool", "threads", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    argv += ["--without-heartbeat"]
+    return supervise(argv, f"the Celery worker of vantage point {args.vantage!r}")
 
 
 def cmd_campaign_run(args: argparse.Namespace) -> int:
@@ -113,7 +148,11 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
         counts: dict[str, int] = {}
         for o in outs:
             counts[o.state] = counts.get(o.state, 0) + 1
-        print(json.dumps({"campaign_id": args.id, "measurements": len(outs), "states": counts}))
+        from ccscope.workers.tasks import shortfall
+
+        short = shortfall(c.top_n, len(store.top_sites(c.site_list.id, c.top_n)), c.site_list.name)
+        doc = {"campaign_id": args.id, "measurements": len(outs), "states": counts}
+        print(json.dumps(doc | ({"warning": short} if short else {})))
         return 0 if outs and all(o.state in ("classified", "failed") for o in outs) else 1
     from ccscope.workers.celery_app import plan_campaign_task
 

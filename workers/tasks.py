@@ -29,8 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ccscope.classifier.stopping import StoppingRule
 from ccscope.errors import CaptureError, CCScopeError
 from ccscope.settings import settings
+from ccscope.store.blobs import BlobError
 from ccscope.store.core import Conflict, IllegalTransition, NotFound, Store, StoreError, aware
 from ccscope.store.models import Campaign, Measurement, utcnow
 from ccscope.transports import get_transport
@@ -91,6 +93,13 @@ class WorkerConfig:
     # Link options of an emulated access path around every download (lab vantage points: a
     # second "location" of the same lab is a different path to it). Empty on a real vantage.
     access: tuple[str, ...] = ()
+    # Download a measurement's profiles at the same time, each in its own shell (the time to a
+    # verdict is the slower profile's, not the sum); bench/scale checks they do not disturb
+    # each other on the lab path.
+    concurrent_profiles: bool = True
+    # Adaptive stopping (classifier/stopping.py, the default rule): the profiles' downloads stop
+    # once the verdict on their traces so far has settled, never before the rule's min_s.
+    adaptive: bool = True
 
     @classmethod
     def from_env(cls, vantage: str, **overrides: object) -> WorkerConfig:
@@ -117,6 +126,10 @@ class WorkerConfig:
             cfg = replace(cfg, lab=True)
         if env.worker_keep_pcap:
             cfg = replace(cfg, keep_pcap=True)
+        if env.worker_concurrent_profiles is not None:
+            cfg = replace(cfg, concurrent_profiles=env.worker_concurrent_profiles)
+        if env.worker_adaptive is not None:
+            cfg = replace(cfg, adaptive=env.worker_adaptive)
         return replace(cfg, **overrides)  # type: ignore[arg-type]
 
 
@@ -246,7 +259,10 @@ def run_measurement(
         # Beat often enough that neither the lease nor the staleness window can run out on a
         # live run, whatever the knobs say.
         every = min(cfg.heartbeat_seconds, cfg.lease_seconds / 4, cfg.stale_after_seconds / 4)
-        with store.keep_alive(measurement_id, _holder(measurement_id), cfg.lease_seconds, every):
+        # Longer than any live run: every profile to its timeout one after another, set-up,
+        # trace storage and classification.
+        longest = len(_profiles_for(m, cfg)) * (cfg.timeout + 30.0) + 120.0
+        with store.keep_alive(measurement_id, _holder(measurement_id), cfg.lease_seconds, every, longest):
             return _measure_and_classify(store, m, cfg, measure_fn)
     finally:
         store.release_site(domain, _holder(measurement_id))
@@ -294,6 +310,8 @@ def _measure_and_classify(
                 max_bytes=cfg.max_bytes,
                 transport=m.transport,
                 **({"access": cfg.access} if cfg.access else {}),
+                **({"concurrent": True} if cfg.concurrent_profiles else {}),
+                **({"stopping": StoppingRule()} if cfg.adaptive else {}),
             )
         except CCScopeError as e:
             return _after_error(store, mid, str(e), e.kind)
@@ -319,13 +337,20 @@ def _measure_and_classify(
         if not files:
             why = "; ".join(f"{r.profile}: {r.error}" for r in failed) or "the download left no trace"
             return _after_error(store, mid, why, _kind_of([r.error_kind or "error" for r in failed]))
-        for r, path in files:
-            store.add_trace(mid, Path(path).read_bytes(), profile=r.profile)
-        if cfg.keep_pcap:
-            for r, _ in files:
-                pcap = Path(r.pcap_file) if getattr(r, "pcap_file", None) else None
-                if pcap is not None and pcap.exists():
-                    store.add_trace(mid, pcap.read_bytes(), profile=r.profile, media_type=PCAP_MEDIA_TYPE)
+        try:
+            for r, path in files:
+                store.add_trace(mid, Path(path).read_bytes(), profile=r.profile)
+            if cfg.keep_pcap:
+                for r, _ in files:
+                    pcap = Path(r.pcap_file) if getattr(r, "pcap_file", None) else None
+                    if pcap is not None and pcap.exists():
+                        store.add_trace(mid, pcap.read_bytes(), profile=r.profile, media_type=PCAP_MEDIA_TYPE)
+        except (BlobError, OSError) as e:
+            # The trace store is full or away (a disk, a bucket): the site is not to blame. The
+            # row goes back to the queue, so the retries measure it again once traces fit.
+            with contextlib.suppress(IllegalTransition):
+                store.transition(mid, "queued")
+            raise Transient(f"the trace store cannot take this measurement's traces: {e}") from None
     finally:
         if not cfg.keep_files:
             shutil.rmtree(out, ignore_errors=True)
@@ -443,6 +468,9 @@ def plan_campaign(store: Store, campaign_id: int, slot: str) -> list[Planned]:
     returns the same rows (the idempotency key includes the slot). Opted-out sites are skipped."""
     c: Campaign = store.get_campaign(campaign_id)
     domains = store.top_sites(c.site_list.id, c.top_n)
+    short = shortfall(c.top_n, len(domains), c.site_list.name)
+    if short:
+        log.warning("campaign %s: %s", campaign_id, short)
     out: list[Planned] = []
     for v in c.vantages:
         for domain in domains:
@@ -456,6 +484,13 @@ def plan_campaign(store: Store, campaign_id: int, slot: str) -> list[Planned]:
                         continue
                     out.append(Planned(m.id, v.name, created, m.state))
     return out
+
+
+def shortfall(top_n: int, available: int, list_name: str) -> str | None:
+    """What a campaign larger than its list gets instead, said once (None: nothing short)."""
+    if available >= top_n:
+        return None
+    return f"asks for the top {top_n} sites of list {list_name!r}, which has {available}: planning those"
 
 
 def cron_slot(schedule: str, now: dt.datetime | None = None) -> str:
@@ -509,5 +544,6 @@ __all__ = [
     "queued_ids",
     "run_dir",
     "run_measurement",
+    "shortfall",
     "sweep_scratch",
 ]

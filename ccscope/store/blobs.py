@@ -116,6 +116,22 @@ class S3Blobs:
             )
         self.client = client
 
+    def ensure_bucket(self) -> bool:
+        """Create the bucket if it does not exist (a fresh deployment's `ccscope db migrate`);
+        True when it was created."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return False
+        except Exception as e:
+            if _s3_code(e) not in ("NoSuchBucket", "404", "NotFound"):
+                raise BlobError(f"looking up bucket {self.bucket}: {_s3_error(e)}") from None
+        try:
+            self.client.create_bucket(Bucket=self.bucket)
+        except Exception as e:
+            if _s3_code(e) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise BlobError(f"creating bucket {self.bucket}: {_s3_error(e)}") from None
+        return True
+
     def key(self, sha256: str) -> str:
         if not _SHA.match(sha256):
             raise BlobError("not a sha256 digest")

@@ -74,8 +74,12 @@ def _store(args: argparse.Namespace) -> Store:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    from ccscope.store.blobs import S3Blobs
+
     s = _store(args)
     print(f"store schema is current ({s.dialect})")
+    if isinstance(s.blobs, S3Blobs) and s.blobs.ensure_bucket():
+        print(f"created bucket {s.blobs.bucket} for the traces")
     return 0
 
 

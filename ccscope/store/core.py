@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -577,6 +578,20 @@ class Store:
                     done.append(mid)
             return done
 
+    def queued_before(self, older_than_seconds: float, limit: int = 10_000) -> list[tuple[int, str]]:
+        """(id, vantage point) of `queued` measurements untouched for `older_than_seconds`: the
+        candidates of the sweep that re-dispatches rows whose broker message was lost."""
+        cutoff = utcnow() - dt.timedelta(seconds=older_than_seconds)
+        with self.sessions() as s:
+            rows = s.execute(
+                select(Measurement.id, VantagePoint.name)
+                .join(VantagePoint, VantagePoint.id == Measurement.vantage_id)
+                .where(Measurement.state == "queued", Measurement.updated_at < cutoff)
+                .order_by(Measurement.id)
+                .limit(limit)
+            ).all()
+        return [(int(i), str(v)) for i, v in rows]
+
     def list_measurements(self, state: str | None = None, limit: int = 100) -> list[Measurement]:
         with self.sessions() as s:
             q = select(Measurement).order_by(Measurement.id).limit(limit)
@@ -1013,15 +1028,28 @@ class Store:
 
     @contextlib.contextmanager
     def keep_alive(
-        self, measurement_id: int, holder: str, lease_seconds: float, every: float
+        self,
+        measurement_id: int,
+        holder: str,
+        lease_seconds: float,
+        every: float,
+        max_seconds: float | None = None,
     ) -> Iterator[threading.Event]:
         """Beat (`heartbeat`) every `every` seconds from a background thread while the block
         runs. Yields an Event that is set if a beat finds the claim lost. A beat that fails
-        (database briefly away) is logged and retried at the next interval."""
+        (database briefly away) is logged and retried at the next interval. After `max_seconds`
+        the beats stop: a run stuck past any length a live one can have (a thread blocked for
+        good) lets its row go stale and be run again, instead of holding it and its site."""
         stop, lost = threading.Event(), threading.Event()
+        until = time.monotonic() + max_seconds if max_seconds is not None else None
 
         def beat() -> None:
             while not stop.wait(every):
+                if until is not None and time.monotonic() > until:
+                    log.warning("measurement %s: still running after %.0f s; no more beats", measurement_id,
+                                max_seconds)  # fmt: skip
+                    lost.set()
+                    return
                 try:
                     if not self.heartbeat(measurement_id, holder, lease_seconds):
                         log.warning("measurement %s: lost its lease or was requeued", measurement_id)

@@ -59,7 +59,15 @@ class PgCluster:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -F -c max_connections=50"
         opts += "".join(f" -c {s}" for s in self.settings)
+        self._opts = opts
         self._run("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"), "-w", "start")
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop (`mode`: fast, or immediate = a crash) and start again on the same port and data
+        (the chaos bench's PostgreSQL restart mid-campaign)."""
+        data, log = str(self.data), str(self.dir / "log")
+        self._run("pg_ctl", "-D", data, "-m", mode, "-w", "stop")
+        self._run("pg_ctl", "-D", data, "-o", self._opts, "-l", log, "-w", "start")
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):

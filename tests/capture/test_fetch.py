@@ -2,9 +2,11 @@
 
 import http.server
 import json
+import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import ClassVar
 
 import pytest
@@ -20,6 +22,7 @@ LOOPBACK = TargetPolicy.public().widened("127.0.0.0/8")
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen_headers: ClassVar[dict] = {}
+    slow_started: ClassVar[threading.Event] = threading.Event()
 
     def log_message(self, *a):
         pass
@@ -58,6 +61,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"s" * 10000)
             self.close_connection = True
+        elif self.path == "/slow":
+            # 10 MB declared, 2 KB every 20 ms: a download still running when it is stopped
+            self.send_response(200)
+            self.send_header("Content-Length", str(10_000_000))
+            self.end_headers()
+            Handler.slow_started.set()
+            try:
+                for _ in range(5000):
+                    self.wfile.write(b"w" * 2048)
+                    self.wfile.flush()
+                    time.sleep(0.02)
+            except OSError:
+                pass
         elif self.path == "/hugeheaders":
             self.send_response(200)
             for i in range(2000):
@@ -126,3 +142,22 @@ def test_cli_prints_one_json_line_and_exit_codes(server):
         timeout=30,
     )
     assert refused.returncode == 3 and "refused" in json.loads(refused.stdout)["error"]
+
+
+def test_sigterm_mid_body_ends_as_a_stopped_download(server):
+    # Adaptive stopping ends a download with SIGTERM once the verdict has settled: the client
+    # reports what it has as a cut but successful download (exit 0), not as a failure.
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/slow", "--allow", "127.0.0.1/32"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    # Mid-body: the response has begun (the client is past its start-up and in the body loop).
+    assert Handler.slow_started.wait(30)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=10)
+    r = json.loads(out)
+    assert p.returncode == 0, out
+    assert r["stopped"] and r["truncated"] and r["status"] == 200 and r["error"] is None
+    assert 10_000 < r["bytes"] < 10_000_000

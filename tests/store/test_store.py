@@ -374,3 +374,18 @@ def test_drop_traces_of_a_rerun(store: Store) -> None:
     with pytest.raises(IllegalTransition):  # a captured row's traces are its result
         store.drop_traces(m.id)
     assert len(store.get_measurement(m.id).traces) == 1
+
+
+def test_a_run_stuck_past_its_longest_stops_beating(store: Store) -> None:
+    # A worker thread blocked for good must not hold its row and site forever through the
+    # heartbeat thread beside it: after max_seconds the beats stop and the row goes stale.
+    _setup(store)
+    m, _ = store.enqueue_measurement("stuck.example", "paris", "tcp", "hb")
+    store.transition(m.id, "running")
+    holder = f"measurement-{m.id}"
+    assert store.acquire_site("stuck.example", holder, lease_seconds=1.0)
+    with store.keep_alive(m.id, holder, lease_seconds=1.0, every=0.2, max_seconds=1.0) as lost:
+        time.sleep(3.0)  # the "stuck" run
+        assert lost.is_set()
+        assert store.requeue_stale(older_than_seconds=1.0) == [m.id]
+        assert store.acquire_site("stuck.example", "other", lease_seconds=60)

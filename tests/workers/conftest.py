@@ -101,3 +101,11 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def use_broker(app: object, url: str) -> None:
+    """Point the Celery app of this process at `url` (broker and result backend), dropping the
+    connections and the result backend it holds to another test's broker."""
+    app.close()  # type: ignore[attr-defined]
+    app.conf.broker_url = app.conf.result_backend = url  # type: ignore[attr-defined]
+    app._local.__dict__.pop("backend", None)  # type: ignore[attr-defined]

@@ -348,3 +348,107 @@ def _descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
+
+
+class _Redis:
+    """A broker of the test's own (append-only, fsync always: a restart keeps its queues)."""
+
+    def __init__(self, d: Path) -> None:
+        from tests.workers.conftest import free_port
+
+        self.d, self.port = d, free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import shutil
+        import socket
+
+        self.proc = subprocess.Popen(
+            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.d)],
+            stdout=(self.d / "redis.log").open("ab"),
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"redis did not start: {(self.d / 'redis.log').read_text()[-500:]}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def test_broker_restart_mid_campaign_loses_nothing(lab, store, tmp_path):
+    """The broker goes away while measurements run and comes back: the supervised worker
+    (`ccscope worker`) reconnects or is restarted, and every measurement ends classified
+    exactly once (one verdict, one set of traces); nothing is left queued or running. The
+    messages are sent from a child process: this process's Celery app keeps its connections
+    (and would keep them to this test's broker once it is gone)."""
+    rdir = tmp_path / "redis"
+    rdir.mkdir()
+    broker = _Redis(rdir)
+    broker.start()
+
+    e = dict(os.environ)  # the lab's state directory among it
+    e.update(
+        CCSCOPE_DB_URL=store.url,
+        CCSCOPE_TRACE_DIR=str(tmp_path / "traces"),
+        CCSCOPE_BROKER_URL=broker.url,
+        CCSCOPE_RESULT_URL=broker.url,
+        CCSCOPE_LAB="1",
+        CCSCOPE_WORKER_DIR=str(tmp_path / "work"),
+        CCSCOPE_WORKER_TIMEOUT="40",
+        CCSCOPE_WORKER_MIN_GAP="0",
+        CCSCOPE_WORKER_RETRY_BASE="1",
+        CCSCOPE_WORKER_RETRY_CAP="4",
+        CCSCOPE_VISIBILITY_TIMEOUT="20",
+        CCSCOPE_RESTORE_INTERVAL="2",
+        CCSCOPE_WORKER_STALE_AFTER="12",
+    )
+    log = tmp_path / "worker.log"
+    cmd = [sys.executable, "-c", "from ccscope.cli import main; raise SystemExit(main())", "worker"]
+    cmd += ["--vantage", "paris", "--concurrency", "2", "--profiles", "A"]
+    out = log.open("wb")
+    proc = subprocess.Popen(cmd, env=e, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    w = Worker(proc, log)
+    try:
+        deadline = time.monotonic() + 60
+        while "ready." not in w.text():
+            assert proc.poll() is None and time.monotonic() < deadline, w.text()[-2000:]
+            time.sleep(0.2)
+        ids = []
+        for i, c in enumerate(CCAS * 2):
+            m, _ = store.enqueue_measurement(f"{c}.lab.test", "paris", "tcp", f"broker-{i}", url=obj_url(c))
+            ids.append(m.id)
+        send = f"from ccscope.workers.celery_app import dispatch\nfor i in {ids!r}: dispatch(i, 'paris')"
+        subprocess.run([sys.executable, "-c", send], env=e, check=True, timeout=60)
+        deadline = time.monotonic() + 30
+        while not any(store.get_measurement(i).state == "running" for i in ids):
+            assert time.monotonic() < deadline, w.text()[-2000:]
+            time.sleep(0.1)
+        broker.stop()  # mid-download: the worker's connection, its acks and retries all fail
+        time.sleep(3)
+        broker.start()
+        states = wait_states(store, ids, {"classified", "failed"}, timeout=240)
+        assert set(states.values()) == {"classified"}, (
+            [(i, store.get_measurement(i).failure_reason) for i in ids],
+            w.text()[-3000:],
+        )
+        for i in ids:
+            m = store.get_measurement(i)
+            assert len(m.traces) == 1 and store.get_verdict(i) is not None
+        assert "Connection to broker lost" in w.text() or "restarting in" in w.text()
+    finally:
+        w.stop()
+        broker.stop()
