@@ -63,7 +63,7 @@ def test_wheel_installs_and_runs_eval_and_classify(tmp_path: Path) -> None:
     assert not list((site / "ccscope").rglob("eval.json"))
     r = _run([str(exe), "classify", "--json", str(FIXTURE / "cubic-d5-A.trace.json.gz"),
               str(FIXTURE / "cubic-d5-B.trace.json.gz")], cwd=work)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode in (0, 5), r.stderr[-2000:]  # a CCA or Unknown: both are verdicts
     assert json.loads(r.stdout)["verdicts"][0]["verdict"]["format"] == "ccscope-verdict/1"
     for rel in ("dashboard/templates/census.html", "dashboard/static/dashboard.css",
                 "dashboard/data/census_history.csv", "schemas/ccscope-trace-1.json",
