@@ -98,7 +98,7 @@ def test_quic_draw_collection(tmp_path: Path) -> None:
     # the lead's loader reads the records as they are
     samples, skipped = load_samples(tmp_path)
     assert not skipped and {s.label for s in samples} == set(STACKS)
-    assert all(len(s.truth) == 2 and s.set == "test" for s in samples)
+    assert all(len(s.truth) == 2 and s.set == "quic_test" for s in samples)  # QUIC sets carry quic_
     # resumable: nothing is measured again
     lines = (tmp_path / "index.jsonl").read_text().count("\n")
     again = collect(jobs, tmp_path, concurrency=4, instances=[INSTANCE], state_prefix=STATE_PREFIX)
