@@ -12,7 +12,8 @@ from typing import Any
 from ccscope.classifier.detectors import run_detectors
 from ccscope.classifier.estimator import Decision
 from ccscope.classifier.features import InsufficientData, analyse
-from ccscope.classifier.model import FAMILY, Model, ModelError
+from ccscope.classifier.identical import RENO, identical_here
+from ccscope.classifier.model import Model, ModelError, family_of
 from ccscope.classifier.summary import TraceSummary, quic_print_features
 from ccscope.trace import Trace
 from ccscope.verdict import UNKNOWN, Verdict
@@ -107,6 +108,8 @@ def verdict_from_summaries(summaries: Sequence[TraceSummary], m: Model) -> Verdi
         "also_consistent_with": d.also_consistent_with,
         "unknown_because": d.reasons,
         "estimator": estimator_used,
+        # CCAs that are Reno by specification on this path: a Reno verdict stands for them too
+        "identical_here": [r.cca for r in identical_here(usable)] if d.best == RENO else [],
     }
     probs = {c: p for c, p in d.probabilities.items() if p >= 1e-4}
     if d.label is None:
@@ -164,7 +167,7 @@ def _explain(d: Decision, usable: Sequence[TraceSummary], *, unknown: bool) -> s
         + " (1 = every signature present)."
     )
     if unknown:
-        fam = FAMILY.get(d.best, d.best)
+        fam = family_of(d.best)
         parts.append(
             f"Verdict: unknown, closest to {d.best} ({fam} family), because "
             + "; and ".join(d.reasons)
@@ -175,6 +178,15 @@ def _explain(d: Decision, usable: Sequence[TraceSummary], *, unknown: bool) -> s
             f"The decision trees, reading each trace's shape beside its path, name {d.best} "
             f"({d.probabilities[d.best]:.0%}), and known {d.best} measurements on paths the model "
             "never trained on conform no better than this one."
+        )
+    same = identical_here(usable) if d.best == RENO else ()
+    if same:
+        parts.append(
+            "On this path Reno also stands for "
+            + ", ".join(r.cca for r in same)
+            + " ("
+            + "; ".join(r.why for r in same)
+            + "): no trace can tell them apart here."
         )
     if d.also_consistent_with:
         parts.append("It cannot be ruled out here that it is: " + ", ".join(d.also_consistent_with) + ".")

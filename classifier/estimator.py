@@ -31,6 +31,7 @@ import numpy as np
 
 from ccscope.classifier.forest import RandomForest
 from ccscope.classifier.gnb import GaussianNB, softmax
+from ccscope.classifier.identical import merge_identical, path_label
 from ccscope.classifier.summary import FEATURE_NAMES, TraceSummary
 
 Measurement = Sequence[TraceSummary]
@@ -82,6 +83,7 @@ class CCAClassifier:
         knn_nan_cost: float = 1.0,
         families: dict[str, str] | None = None,
         max_wrong: float = 0.03,
+        identical: bool = True,
     ) -> None:
         self.n_trees = n_trees
         self.max_features = max_features
@@ -98,13 +100,14 @@ class CCAClassifier:
         self.knn_nan_cost = knn_nan_cost
         self.families = dict(families or {})
         self.max_wrong = max_wrong  # the share of named verdicts allowed to be wrong
+        self.identical = identical  # CCAs that are Reno on a measurement's path count as Reno
 
     # --- scikit-learn's parameter protocol -------------------------------------------------
 
     _PARAMS = (
         "n_trees", "max_features", "min_leaf", "max_depth", "seed", "vote_floor", "features",
         "alpha_ambiguous", "alpha_atypical", "knn_k", "knn_top", "knn_clip", "knn_nan_cost", "families",
-        "max_wrong",
+        "max_wrong", "identical",
     )  # fmt: skip
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -136,6 +139,8 @@ class CCAClassifier:
             raise ValueError("X, y and groups must have one entry per measurement")
         if calibrate is not None and len(calibrate) != len(X):
             raise ValueError("calibrate must have one entry per measurement")
+        if self.identical:
+            y = [path_label(str(c), m) for c, m in zip(y, X, strict=True)]
         rows, owner = _rows(X, self.features)
         if len(rows) == 0:
             raise ValueError("no usable trace to train on")
@@ -167,7 +172,7 @@ class CCAClassifier:
         # read it
         cal = [m for m in meas if calibrate is None or calibrate[m]]
         self.calib_ = {
-            "proba": np.array([self._calibrated(per_m[m], n_tr[m]) for m in cal]),
+            "proba": np.array([self._merged(self._calibrated(per_m[m], n_tr[m]), X[m]) for m in cal]),
             "truth": np.array([truth[m] for m in cal], dtype=np.int64),
             "groups": [str(groups[m]) for m in cal],
             "measurements": [X[m] for m in cal],
@@ -200,7 +205,10 @@ class CCAClassifier:
         return _rows([m], self.features)[0]
 
     def predict_proba(self, X: Sequence[Measurement]) -> np.ndarray:
-        return np.array([self._proba(self.trace_rows(m)) for m in X])
+        return np.array([self._merged(self._proba(self.trace_rows(m)), m) for m in X])
+
+    def _merged(self, p: np.ndarray, m: Measurement) -> np.ndarray:
+        return merge_identical(p, self.classes_, m) if self.identical else p
 
     def _proba(self, rows: np.ndarray) -> np.ndarray:
         if len(rows) == 0:
@@ -214,7 +222,7 @@ class CCAClassifier:
         rows = self.trace_rows(m)
         if len(rows) == 0:
             raise ValueError("decide() needs at least one usable trace")
-        pr = self._proba(rows)
+        pr = self._merged(self._proba(rows), m)
         k = int(np.argmax(pr))
         best = self.classes_[k]
         reasons: list[str] = []

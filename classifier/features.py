@@ -688,6 +688,9 @@ FEATURES = (
     "ctx_rtt",
     "ctx_bdp_pkts",
     "ctx_sack",
+    # log of the largest window the trace shows, in segments (low-passed pipe): below their
+    # thresholds HighSpeed, BIC and Illinois are Reno by specification (classifier/identical.py)
+    "ctx_wmax_pkts",
 )
 
 
@@ -943,5 +946,6 @@ def analyse(tr: Trace) -> TraceAnalysis:
         "ctx_rtt": math.log(rtt * 1000.0),
         "ctx_bdp_pkts": math.log(max(p.bdp / p.mss, 0.1)),
         "ctx_sack": 1.0 if p.sack else 0.0,
+        "ctx_wmax_pkts": math.log(max(float(np.max(ps)) * p.bdp / p.mss, 0.1)),
     }
     return TraceAnalysis(p, backoffs, ss_end, ca_end, segs, {k: float(v) for k, v in f.items()}, keep)

@@ -18,7 +18,7 @@ from ccscope.errors import CCScopeError
 
 MODEL_FORMAT = "ccscope-model/2"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "3.0.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "3.1.0"  # bump when features or decision rules change; retrain with it
 DEFAULT_MODEL = MODELS_DIR / f"ccscope-{CLASSIFIER_VERSION}.json"
 
 # Family names for "unknown, X-like": the nearest trained class's family.
@@ -29,6 +29,11 @@ FAMILY = {
     "vegas": "Vegas", "nv": "Vegas", "lp": "delay-based", "cdg": "delay-based",
     "reno/dctcp": "Reno",
 }  # fmt: skip
+
+
+def family_of(label: str) -> str:
+    """A class's family; a QUIC class ("quiche:cubic") is in the family of the CCA it implements."""
+    return FAMILY.get(label) or FAMILY.get(label.split(":", 1)[-1], label)
 
 
 class ModelError(CCScopeError):

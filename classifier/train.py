@@ -35,7 +35,8 @@ import numpy as np
 
 from ccscope.classifier.core import summarise, verdict_from_summaries
 from ccscope.classifier.estimator import CCAClassifier
-from ccscope.classifier.model import CLASSIFIER_VERSION, FAMILY, MODELS_DIR, Model, data_hash
+from ccscope.classifier.identical import path_label
+from ccscope.classifier.model import CLASSIFIER_VERSION, FAMILY, MODELS_DIR, Model, data_hash, family_of
 from ccscope.classifier.summary import FEATURE_NAMES, QUIC_FEATURES, TraceSummary, feature_names
 from ccscope.trace import Trace
 
@@ -260,7 +261,8 @@ def fit_estimators(
         if not keep:
             continue
         kw = {"features": feature_names(transport), **(params or {})}
-        ests[transport] = CCAClassifier(families=FAMILY, **kw).fit(
+        families = {c: family_of(c) for c in {s.label for s in mine} | set(FAMILY)}
+        ests[transport] = CCAClassifier(families=families, **kw).fit(
             [X[i] for i in keep],
             [mine[i].label for i in keep],
             [mine[i].group for i in keep],
@@ -283,7 +285,8 @@ def predict_rows(
         paths = s.truth if truth else s.paths
         if not paths:
             continue
-        v = verdict_from_summaries([summ[p] for p in paths], model)
+        m = [summ[p] for p in paths]
+        v = verdict_from_summaries(m, model)
         pred = v.label if v.kind == "cca" else ("unknown" if v.kind == "unknown" else "insufficient")
         ev = v.evidence or {}
         top = ev.get("top_classes") or [{"class": "insufficient"}]
@@ -293,7 +296,10 @@ def predict_rows(
                 "key": s.key,
                 "set": s.set,
                 "cca": s.cca,
-                "label": s.label,
+                # the class the measurement is on its own path (HighSpeed with windows that
+                # never left its Reno region is Reno there: classifier/identical.py)
+                "label": path_label(s.label, m),
+                "label_spec": s.label,
                 "variant": s.variant,
                 "pred": pred,
                 "nearest": v.nearest,
@@ -366,6 +372,8 @@ def score(rows: Sequence[dict[str, Any]], classes: Sequence[str]) -> dict[str, A
         cm[r["label"]][r["pred"] if r["pred"] in cols else "unknown"] += 1
     out: dict[str, Any] = {
         "measurements": n,
+        # measurements of a CCA that was Reno on their path, scored as Reno (classifier/identical.py)
+        "reno_on_path": sum(1 for r in known if r.get("label_spec", r["label"]) != r["label"]),
         "mean_recall": _r4(mean_recall(known)),
         "mean_recall_ci": mean_recall_ci(known),
         "mean_recall_top1": _r4(mean_recall(known, "top1")),

@@ -36,3 +36,12 @@ def test_rejects_bad_values() -> None:
         _v(confidence=1.5)
     with pytest.raises(TypeError):
         _v(evidence={"x": object()}).to_json()
+
+
+def test_quic_classes_have_the_family_of_the_cca_they_implement() -> None:
+    from ccscope.classifier.model import family_of
+
+    assert family_of("quiche:cubic") == family_of("cubic") == "CUBIC"
+    assert family_of("quicgo:reno") == "Reno"
+    assert family_of("quiche:bbr2") == "BBR"
+    assert family_of("mystery") == "mystery"
