@@ -45,8 +45,9 @@ from ccscope.errors import CCScopeError, TargetRefused
 from ccscope.settings import settings
 from ccscope.store import Conflict, IllegalTransition, NotFound, OptedOut, Store, StoreError, normalize_domain
 from ccscope.store.blobs import BlobError
-from ccscope.store.core import VerdictView, aware
+from ccscope.store.common import aware
 from ccscope.store.models import Campaign, Measurement
+from ccscope.store.queries import VerdictView
 from ccscope.targets import TargetPolicy, lab_mode_enabled, parse_url
 
 log = logging.getLogger("ccscope.api")

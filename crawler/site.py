@@ -22,26 +22,6 @@ class SitePick:
     reason: str = ""  # why there is no url, when there is none
 
 
-def object_for_site(
-    store: Store,
-    domain: str,
-    *,
-    lab: bool = False,
-    ttl_seconds: float = DEFAULT_TTL,
-    limits: Limits | None = None,
-    client: SafeClient | None = None,
-    base_urls: list[str] | None = None,
-    policy: TargetPolicy | None = None,
-) -> tuple[str | None, int | None, bool]:
-    """(url, size, from_cache) of the object to download from `domain`; url is None if the site
-    offers nothing usable. Tries https first, then http, unless `base_urls` says otherwise."""
-    p = pick_object(
-        store, domain, lab=lab, ttl_seconds=ttl_seconds, limits=limits, client=client,
-        base_urls=base_urls, policy=policy,
-    )  # fmt: skip
-    return p.url, p.size, p.cached
-
-
 def pick_object(
     store: Store,
     domain: str,
@@ -53,8 +33,9 @@ def pick_object(
     base_urls: list[str] | None = None,
     policy: TargetPolicy | None = None,
 ) -> SitePick:
-    """The object to download from `domain`, with the reason when there is none. A TTL of
-    zero or less asks the site afresh (the cached pick is neither read nor kept)."""
+    """The object to download from `domain`, with the reason when there is none. Tries https
+    first, then http, unless `base_urls` says otherwise. A TTL of zero or less asks the site
+    afresh (the cached pick is neither read nor kept)."""
     d = normalize_domain(domain)
     cached = store.cached_object(d) if ttl_seconds > 0 else None
     if cached is not None:

@@ -19,7 +19,8 @@ from typing import Any
 
 from ccscope.errors import CCScopeError
 from ccscope.progress import bar
-from ccscope.store.core import CensusRow, Conflict, NotFound, Store
+from ccscope.store.core import Conflict, NotFound, Store
+from ccscope.store.queries import CensusRow
 from ccscope.workers.embedded import EmbeddedWorkers
 from ccscope.workers.tasks import WorkerConfig, plan_campaign
 

@@ -190,9 +190,9 @@ class NotOffered(CCScopeError):
 def _find_url(store: Store, m: Measurement, cfg: WorkerConfig) -> str | None:
     if m.url:
         return m.url
-    from ccscope.crawler.site import object_for_site
+    from ccscope.crawler.site import pick_object
 
-    url, _size, _cached = object_for_site(store, m.site.domain, lab=cfg.lab)
+    url = pick_object(store, m.site.domain, lab=cfg.lab).url
     if url is None or m.transport != "quic":
         return url
     # QUIC: the crawled object, where the site serves it over HTTP/3 (Alt-Svc, else one probe)

@@ -43,7 +43,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -54,6 +53,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.workers.kit import GroupProcess, RedisServer, free_port, group_pids, wait_tcp  # noqa: E402
+
 CCSCOPE = str(Path(sys.executable).with_name("ccscope"))
 CELERY = str(Path(sys.executable).with_name("celery"))
 LAB_INSTANCE = 71
@@ -88,14 +91,6 @@ def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((SVC_ADDR, 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def services_address() -> Iterator[str]:
     """The services' address, on the root namespace's loopback device: a local address that the
@@ -126,55 +121,9 @@ def unreachable_guard() -> Iterator[None]:
 # ---- services ----------------------------------------------------------------------------------
 
 
-class Redis:
-    def __init__(self, work: Path) -> None:
-        self.dir = work / "redis"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://{SVC_ADDR}:{self.port}/0"
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server") or "redis-server"
-        # An append-only file synced on every write: a restarted broker still has every queued
-        # and every unacknowledged message.
-        self.proc = subprocess.Popen(
-            [
-                exe,
-                "--port",
-                str(self.port),
-                "--bind",
-                f"127.0.0.1 {SVC_ADDR}",
-                "--save",
-                "",
-                "--tcp-keepalive",  # a dead worker's connections go after ~10 s, not 300
-                "10",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--dir",
-                str(self.dir),
-                "--protected-mode",
-                "no",
-            ],
-            stdout=(self.dir / "redis.log").open("ab"),
-            stderr=subprocess.STDOUT,
-        )
-        wait_tcp(SVC_ADDR, self.port, 15, "redis")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(15)
-
-
 class Moto:
     def __init__(self, work: Path) -> None:
-        self.port = free_port()
+        self.port = free_port(SVC_ADDR)
         self.log = (work / "moto.log").open("ab")
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -197,106 +146,38 @@ class Moto:
             self.proc.wait(15)
 
 
-def wait_tcp(host: str, port: int, timeout: float, what: str) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not come up on {host}:{port}") from None
-            time.sleep(0.1)
-
-
 # ---- workers -----------------------------------------------------------------------------------
 
 
-class Worker:
+class Worker(GroupProcess):
+    """`ccscope worker` for one vantage point in its own namespace (--netns) behind its access path."""
+
     def __init__(self, vantage: str, access: str, env: dict[str, str], work: Path, control: bool) -> None:
-        self.vantage, self.access, self.env, self.work, self.control = vantage, access, env, work, control
-        self.proc: subprocess.Popen[bytes] | None = None
+        cmd = [CCSCOPE, "worker", "--vantage", vantage, "--netns", "--access", access, "--lab",
+               "--concurrency", "3", "--profiles", "A,B"] + (["--control"] if control else [])  # fmt: skip
+        super().__init__(cmd, work / f"worker-{vantage}.log", env)
+        self.vantage = vantage
         self.starts = 0
         self.killed_shells: list[int] = []  # pids of ccscope-link processes SIGKILLed with it
 
-    @property
-    def log_path(self) -> Path:
-        return self.work / f"worker-{self.vantage}.log"
-
     def start(self) -> None:
         self.starts += 1
-        cmd = [
-            CCSCOPE,
-            "worker",
-            "--vantage",
-            self.vantage,
-            "--netns",
-            "--access",
-            self.access,
-            "--lab",
-            "--concurrency",
-            "3",
-            "--profiles",
-            "A,B",
-        ] + (["--control"] if self.control else [])
-        with self.log_path.open("ab") as f:
+        with self.log.open("ab") as f:
             f.write(f"\n==== start {self.starts} ====\n".encode())
-        self._mark = self.log_path.stat().st_size
-        self.proc = subprocess.Popen(
-            cmd,
-            env=self.env,
-            stdout=self.log_path.open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        super().start()
 
     def ready(self, timeout: float = 90) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.log_path.open("rb") as f:
-                f.seek(self._mark)
-                if b"ready." in f.read():
-                    return True
-            if self.proc is None or self.proc.poll() is not None:
-                return False
-            time.sleep(0.2)
-        return False
+        return self.wait_for("ready.", timeout)
 
     def shells(self) -> list[int]:
         return group_pids(self.proc.pid, "ccscope-link") if self.proc else []
 
     def kill(self) -> None:
-        assert self.proc is not None
         self.killed_shells += self.shells()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        super().kill()
 
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-def group_pids(pgid: int, comm: str) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and name.startswith(comm[:15]):
-            out.append(int(d.name))
-    return out
+    def stop(self, timeout: float = 60) -> None:
+        super().stop(timeout)
 
 
 # ---- counting ----------------------------------------------------------------------------------
@@ -477,7 +358,7 @@ def log_counts(workers: list[Worker], work: Path) -> dict[str, Any]:
         "heartbeat_failed": "heartbeat failed",
     }
     out: dict[str, Any] = {}
-    texts = {w.vantage: w.log_path.read_text(errors="replace") for w in workers}
+    texts = {w.vantage: w.log.read_text(errors="replace") for w in workers}
     for key, needle in marks.items():
         out[key] = {v: t.count(needle) for v, t in texts.items()}
     unexpected = [
@@ -557,7 +438,15 @@ def main() -> int:
         pg._run("pg_ctl", "-D", str(pg.data), "reload")
         pg_url = f"postgresql+psycopg://postgres@{SVC_ADDR}:{pg.port}/ccscope"
         pg._create("ccscope", None)
-        redis = Redis(work)
+        # Durable (append-only, fsync always): the restarted broker keeps every queued and every
+        # unacknowledged message. A dead worker's connections go after ~10 s of keepalive, not 300.
+        redis = RedisServer(
+            work / "redis",
+            host=SVC_ADDR,
+            bind=f"127.0.0.1 {SVC_ADDR}",
+            extra=("--tcp-keepalive", "10", "--protected-mode", "no"),
+            timeout=15,
+        )
         redis.start()
         stack.callback(redis.stop)
         moto = Moto(work)
@@ -649,7 +538,7 @@ def main() -> int:
         stack.callback(lambda: [w.stop() for w in workers])
         for w in workers:
             if not w.ready():
-                raise SystemExit(f"worker {w.vantage} did not start: {w.log_path.read_text()[-2000:]}")
+                raise SystemExit(f"worker {w.vantage} did not start: {w.log.read_text()[-2000:]}")
         log(f"3 workers up in their namespaces; campaign {camp.id} '{schedule}' fires at {fire:%H:%M:%S}")
         # Beat plans the first slot at its tick.
         deadline = time.monotonic() + 150
@@ -697,7 +586,7 @@ def main() -> int:
                 )
                 w.start()
                 if not w.ready():
-                    log(f"{w.vantage} did not come back: {w.log_path.read_text()[-1500:]}")
+                    log(f"{w.vantage} did not come back: {w.log.read_text()[-1500:]}")
                     stop.set()
                     return
 

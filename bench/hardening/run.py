@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gzip
 import json
 import os
 import signal
@@ -47,12 +46,22 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.hardening.kit import INTERNAL, LISTEN_PORT, HostileNet, hostile_net, rss_of  # noqa: E402
+from tests.hardening.kit import (  # noqa: E402
+    INTERNAL,
+    LISTEN_PORT,
+    PCAP_HEADER,
+    REJECT_MB,
+    SPARSE_INPUTS,
+    HostileNet,
+    gzip_bomb,
+    hostile_net,
+    load_cmd,
+    million_row_csv,
+    peak_rss,
+    sparse,
+)
 
 PY = sys.executable
-REJECT_MB = 300
-AS_LIMIT_MB = 3072
-GB = 1024**3
 LAB_INSTANCE = 20
 SECRETS = {
     "CCSCOPE_API_TOKEN": "s3cret",
@@ -501,75 +510,15 @@ def api(tmp: Path) -> list[Attack]:
 
 # ---- inputs -------------------------------------------------------------------------------------
 
-LOAD = {
-    "trace": "from ccscope.trace import Trace; Trace.load({p!r})",
-    "pcap": "from ccscope.capture.tcp_bif import flows_from_pcap; flows_from_pcap({p!r})",
-    "csv": "from ccscope.capture.nebby_csv import traces_from_csv; traces_from_csv({p!r})",
-}
-CSV_HEADER = b"frame.time_relative,ip.src,ip.dst,tcp.srcport,tcp.dstport,tcp.seq,tcp.ack,tcp.len,tcp.flags\n"
-
-
-def _load(kind: str, path: Path) -> tuple[int, float, str]:
-    code = (
-        "import sys\nfrom ccscope.errors import CCScopeError\n"
-        f"try:\n    {LOAD[kind].format(p=str(path))}\nexcept CCScopeError as e:\n"
-        "    print(e, file=sys.stderr); sys.exit(3)\n"
-    )
-    return rss_of([PY, "-c", code], as_limit_mb=AS_LIMIT_MB)
-
-
-def _sparse(path: Path, head: bytes, size: int = GB) -> Path:
-    with path.open("wb") as f:
-        f.write(head)
-        f.truncate(size)
-    return path
-
 
 def _hostile_inputs(tmp: Path) -> list[tuple[str, str, Path]]:
-    pcap_head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
-    out = [
-        ("pcap", "1 GB of zeros (.pcap)", _sparse(tmp / "zeros.pcap", b"")),
-        ("pcap", "pcap header then 1 GB of zeros", _sparse(tmp / "hz.pcap", pcap_head)),
-        ("csv", "1 GB of zeros (.csv)", _sparse(tmp / "zeros.csv", b"")),
-        ("csv", "CSV header then 1 GB of zeros", _sparse(tmp / "hz.csv", CSV_HEADER)),
-        ("trace", "1 GB of zeros (.trace.json)", _sparse(tmp / "zeros.trace.json", b"")),
-        (
-            "trace",
-            "trace prefix then 1 GB of zeros",
-            _sparse(tmp / "bz.trace.json", b'{"format": "ccscope-trace/1", "series": {"t": ['),
-        ),
-    ]
+    out = [(kind, what, sparse(tmp / name, head)) for kind, name, head, what in SPARSE_INPUTS]
     rec = struct.pack("<IIII", 0, 0, 0x7FFFFFFF, 0x7FFFFFFF)  # a record claiming 2 GB
-    (tmp / "claim.pcap").write_bytes(pcap_head + rec + b"\x45" * 64)
+    (tmp / "claim.pcap").write_bytes(PCAP_HEADER + rec + b"\x45" * 64)
     out.append(("pcap", "pcap record claiming 2 GB", tmp / "claim.pcap"))
-    bomb = tmp / "bomb.trace.json.gz"
-    with gzip.open(bomb, "wb", compresslevel=9) as gz:
-        gz.write(b'{"format": "ccscope-trace/1", "meta": {}, "series": {"t": [')
-        chunk = b"0.000001, " * 100_000
-        for _ in range(250 * 1024 * 1024 // len(chunk)):
-            gz.write(chunk)
-        gz.write(b"0]}}")
+    bomb = gzip_bomb(tmp / "bomb.trace.json.gz")
     out.append(("trace", f"gzip bomb ({bomb.stat().st_size / 1e6:.1f} MB inflating to 250 MB)", bomb))
     return out
-
-
-def _million_row_csv(path: Path) -> Path:
-    with path.open("wb") as f:
-        f.write(CSV_HEADER)
-        f.write(b"0.000000,10.0.0.2,10.0.0.1,40000,80,0,0,0,0x0002\n")
-        f.write(b"0.010000,10.0.0.1,10.0.0.2,80,40000,0,1,0,0x0012\n")
-        rows = []
-        for i in range(1, 1_000_000 - 1):
-            t = 0.02 + i * 0.0001
-            if i % 2:
-                rows.append(f"{t:.6f},10.0.0.1,10.0.0.2,80,40000,{1 + (i // 2) * 48},1,48,0x0010\n")
-            else:
-                rows.append(f"{t:.6f},10.0.0.2,10.0.0.1,40000,80,1,{1 + (i // 2) * 48},0,0x0010\n")
-            if len(rows) == 10000:
-                f.write("".join(rows).encode())
-                rows = []
-        f.write("".join(rows).encode())
-    return path
 
 
 _MUTATE = """
@@ -602,7 +551,7 @@ def inputs(tmp: Path, figures: dict[str, Any]) -> list[Attack]:
     out = []
     rss: dict[str, float] = {}
     for kind, name, path in _hostile_inputs(tmp):
-        code, mb, err = _load(kind, path)
+        code, mb, err = peak_rss(load_cmd(kind, path))
         rss[name] = round(mb, 1)
         why = err.strip().splitlines()[-1][:100] if err.strip() else ""
         log(f"input {name}: exit {code}, {mb:.0f} MB")
@@ -625,13 +574,13 @@ def inputs(tmp: Path, figures: dict[str, Any]) -> list[Attack]:
         )
     )
 
-    csv = _million_row_csv(tmp / "long.csv")
+    csv = million_row_csv(tmp / "long.csv")
     size_mb = csv.stat().st_size / 1e6
     code = (
         "from ccscope.capture.nebby_csv import traces_from_csv\n"
         f"r = traces_from_csv({str(csv)!r})\nassert len(r.traces) == 1 and len(r.traces[0].t) > 999_000\n"
     )
-    rc, mb, err = rss_of([PY, "-c", code], as_limit_mb=AS_LIMIT_MB)
+    rc, mb, err = peak_rss([PY, "-c", code])
     csv.unlink()
     figures["csv_1e6"] = {
         "rows": 1_000_000,

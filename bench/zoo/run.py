@@ -2,7 +2,7 @@
 """Benchmark of the lab's CCA zoo: every CCA's defining parameters measured from the lab's
 TCP_INFO ground truth against its specification, and the BPF CUBIC against the kernel's.
 
-Runs the full validation suite (lab/validate.py: one lab, instance 3, torn down at the end;
+Runs the full validation suite (lab/validate/: one lab, instance 3, torn down at the end;
 zoo CCAs loaded for the run are unloaded again) and writes one JSON object:
 
     ccas_loaded           zoo CCAs (registered names) the run used
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ccscope.lab import validate as v
+from ccscope.lab.validate.cubic import CUBIC_METRIC, EQUIVALENCE_MARGIN_BDP
 
 
 def log(msg: str) -> None:
@@ -55,13 +56,13 @@ def main() -> int:
         per_cca.setdefault(d.pop("cca"), []).append(d)
     profiles = rep.cubic_compare
     cubic = {
-        "metric": v.CUBIC_METRIC,
+        "metric": CUBIC_METRIC,
         # The worst profile: the largest excess distance (BDPs) and the smallest p.
         "value": max((p["value"] for p in profiles), default=None),
         "p_value": min((p["p_value"] for p in profiles), default=None),
         "n": profiles[0]["n"] if profiles else 0,
         "pass": bool(profiles) and all(p["pass"] for p in profiles),
-        "equivalence_margin_bdp": v.EQUIVALENCE_MARGIN_BDP,
+        "equivalence_margin_bdp": EQUIVALENCE_MARGIN_BDP,
         "profiles": profiles,
     }
     doc = {

@@ -8,7 +8,6 @@ from ccscope.store.core import (
     STATES,
     TRANSITIONS,
     TRANSPORTS,
-    CensusRow,
     Conflict,
     IllegalTransition,
     NotFound,
@@ -17,6 +16,7 @@ from ccscope.store.core import (
     StoreError,
     normalize_domain,
 )
+from ccscope.store.queries import CensusRow
 
 __all__ = [
     "STATES",

@@ -4,6 +4,8 @@
 must hold across workers (idempotent enqueue, the measurement state machine, the per-site lease
 and minimum gap) is enforced by a single conditional statement or a unique constraint in the
 database, never by a read-then-write in Python, so it holds with many concurrent workers.
+The read-only queries (census, a domain's verdicts, the export) are `queries.Queries`, a base
+class of `Store`; the errors and the normal forms it shares are in `common`.
 """
 
 from __future__ import annotations
@@ -18,18 +20,26 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Integer, bindparam, create_engine, delete, event, func, or_, select, update
+from sqlalchemy import Engine, create_engine, delete, event, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ccscope.errors import CCScopeError, ProfileError
+from ccscope.errors import ProfileError
 from ccscope.profile import check_profile_choice
 from ccscope.settings import settings
 from ccscope.store.blobs import BlobStore, open_blobs
+from ccscope.store.common import (
+    Conflict,
+    IllegalTransition,
+    NotFound,
+    OptedOut,
+    StoreError,
+    aware,
+    normalize_domain,
+)
 from ccscope.store.models import (
     Campaign,
     CensusCount,
@@ -46,6 +56,7 @@ from ccscope.store.models import (
     VerdictRow,
     utcnow,
 )
+from ccscope.store.queries import Queries
 from ccscope.transports import TRANSPORTS
 from ccscope.verdict import Verdict
 
@@ -61,27 +72,6 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "failed": frozenset(),
 }
 _CRON_FIELD = re.compile(r"^(\*|\d{1,2}(-\d{1,2})?)(/\d{1,2})?(,(\*|\d{1,2}(-\d{1,2})?)(/\d{1,2})?)*$")
-_DOMAIN_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
-
-
-class StoreError(CCScopeError):
-    """A request the store refuses (unknown name, bad value...)."""
-
-
-class NotFound(StoreError):
-    pass
-
-
-class Conflict(StoreError):
-    pass
-
-
-class IllegalTransition(StoreError):
-    pass
-
-
-class OptedOut(Conflict):
-    """The site (or a domain above it) asked not to be measured."""
 
 
 def default_data_dir() -> Path:
@@ -89,26 +79,6 @@ def default_data_dir() -> Path:
         os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "ccscope"
     )
     return Path(base)
-
-
-def aware(t: dt.datetime | None) -> dt.datetime | None:
-    """SQLite hands back naive datetimes; everything stored is UTC."""
-    if t is None or t.tzinfo is not None:
-        return t
-    return t.replace(tzinfo=dt.UTC)
-
-
-def normalize_domain(domain: str) -> str:
-    """Lower-case, IDNA-encoded, syntactically valid host name; raises StoreError otherwise."""
-    d = domain.strip().rstrip(".").lower()
-    try:
-        d = d.encode("idna").decode("ascii")
-    except UnicodeError:
-        raise StoreError(f"not a valid domain name: {domain!r}") from None
-    labels = d.split(".")
-    if len(d) > 253 or len(labels) < 2 or not all(_DOMAIN_LABEL.match(x) for x in labels):
-        raise StoreError(f"not a valid domain name: {domain!r}")
-    return d
 
 
 _CRON_FIELDS = (("minute", 60, 0), ("hour", 24, 0), ("day of month", 31, 1), ("month", 12, 1),
@@ -144,106 +114,7 @@ def idempotency_key(
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-@dataclass(frozen=True)
-class CensusRow:
-    date: dt.date
-    vantage: str
-    transport: str
-    label: str
-    count: int
-    total: int
-
-    @property
-    def share(self) -> float:
-        return self.count / self.total if self.total else 0.0
-
-
-@dataclass(frozen=True)
-class VerdictView:
-    """A stored verdict as the queries return it: plain values, no ORM object or session."""
-
-    id: int
-    measurement_id: int
-    vantage: str
-    transport: str
-    label: str
-    kind: str
-    confidence: float
-    classifier_version: str
-    measured_on: dt.date
-    created_at: dt.datetime
-    evidence: dict[str, Any]
-
-    @classmethod
-    def of(cls, v: VerdictRow) -> VerdictView:
-        return cls(
-            v.id,
-            v.measurement_id,
-            v.vantage.name,
-            v.transport,
-            v.label,
-            v.kind,
-            v.confidence,
-            v.classifier_version,
-            v.measured_on,
-            aware(v.created_at) or v.created_at,
-            v.evidence,
-        )
-
-
-_VIEW_COLUMNS = (
-    VerdictRow.id,
-    VerdictRow.measurement_id,
-    VantagePoint.name,
-    VerdictRow.transport,
-    VerdictRow.label,
-    VerdictRow.kind,
-    VerdictRow.confidence,
-    VerdictRow.classifier_version,
-    VerdictRow.measured_on,
-    VerdictRow.created_at,
-    VerdictRow.evidence,
-)
-
-
-_Q_HISTORY = (
-    select(*_VIEW_COLUMNS, func.count().over())
-    .join(Site, Site.id == VerdictRow.site_id)
-    .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
-    .where(Site.domain == bindparam("domain"))
-    .order_by(VerdictRow.id.desc())
-    .limit(bindparam("limit", type_=Integer))
-    .offset(bindparam("offset", type_=Integer))
-)
-_Q_COUNT = (
-    select(func.count())
-    .select_from(VerdictRow)
-    .join(Site, Site.id == VerdictRow.site_id)
-    .where(Site.domain == bindparam("domain"))
-)
-_Q_SITE = select(Site.id).where(Site.domain == bindparam("domain"))
-_Q_LATEST = (
-    select(*_VIEW_COLUMNS)
-    .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
-    .where(
-        VerdictRow.id.in_(
-            select(func.max(VerdictRow.id))
-            .join(Site, Site.id == VerdictRow.site_id)
-            .where(Site.domain == bindparam("domain"))
-            .group_by(VerdictRow.transport, VerdictRow.vantage_id)
-            .scalar_subquery()
-        )
-    )
-)
-
-
-def _view(r: Sequence[Any]) -> VerdictView:
-    created = aware(r[9])
-    assert created is not None
-    return VerdictView(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], created, r[10])
-
-
-class Store:
+class Store(Queries):
     def __init__(
         self,
         url: str | None = None,
@@ -757,185 +628,6 @@ class Store:
             )
             self._bump_census_version(s)
             return int(s.scalar(select(func.count()).select_from(CensusCount)) or 0)
-
-    # ---- queries ----------------------------------------------------------------------------
-
-    def domain_report(
-        self, domain: str, limit: int = 50, offset: int = 0
-    ) -> tuple[list[VerdictView], list[VerdictView], int]:
-        """(latest verdict per (transport, vantage), one page of history newest first, total).
-
-        One query in the common case (the whole history fits the page: `latest` is read off it);
-        the total rides along as a window count. The statements are built once (module level),
-        so a call only binds parameters."""
-        d = normalize_domain(domain)
-        with self._reader.connect() as c:
-            page = c.execute(_Q_HISTORY, {"domain": d, "limit": limit, "offset": offset}).all()
-            if page:
-                total = int(page[0][-1])
-            else:  # no verdicts, an offset past the end, or no such site
-                total = int(c.scalar(_Q_COUNT, {"domain": d}) or 0)
-                if total == 0 and c.scalar(_Q_SITE, {"domain": d}) is None:
-                    raise NotFound(f"no measurements of {d}")
-            history = [_view(r) for r in page]
-            if offset == 0 and len(history) == total:
-                latest: dict[tuple[str, str], VerdictView] = {}
-                for v in history:  # newest first: the first of each pair is its latest
-                    latest.setdefault((v.transport, v.vantage), v)
-                newest = list(latest.values())
-            else:
-                newest = [_view(r) for r in c.execute(_Q_LATEST, {"domain": d})]
-        newest.sort(key=lambda v: (v.transport, v.vantage))
-        return newest, history, total
-
-    def census(
-        self,
-        date_from: dt.date | None = None,
-        date_to: dt.date | None = None,
-        vantage: str | None = None,
-        transport: str | None = None,
-        campaign_id: int | None = None,
-    ) -> list[CensusRow]:
-        """Label counts and shares per (date, vantage point, transport), from census_counts
-        (kept equal to the GROUP BY of the verdicts by `record_verdict`)."""
-        q = select(
-            CensusCount.measured_on,
-            VantagePoint.name,
-            CensusCount.transport,
-            CensusCount.label,
-            func.sum(CensusCount.n),
-        ).join(VantagePoint, VantagePoint.id == CensusCount.vantage_id)
-        if date_from:
-            q = q.where(CensusCount.measured_on >= date_from)
-        if date_to:
-            q = q.where(CensusCount.measured_on <= date_to)
-        if vantage:
-            q = q.where(VantagePoint.name == vantage)
-        if transport:
-            q = q.where(CensusCount.transport == transport)
-        if campaign_id is not None:
-            q = q.where(CensusCount.campaign_id == campaign_id)
-        q = q.group_by(CensusCount.measured_on, VantagePoint.name, CensusCount.transport, CensusCount.label)
-        with self._reader.connect() as c:
-            raw = [(day, v, t, label, int(n)) for day, v, t, label, n in c.execute(q)]
-        totals: dict[tuple[dt.date, str, str], int] = {}
-        for day, v, t, _label, n in raw:
-            totals[(day, v, t)] = totals.get((day, v, t), 0) + n
-        rows = [CensusRow(day, v, t, label, n, totals[(day, v, t)]) for day, v, t, label, n in raw if n]
-        rows.sort(key=lambda r: (r.date, r.vantage, r.transport, -r.count, r.label))
-        return rows
-
-    def unknown_families(
-        self,
-        date_from: dt.date | None = None,
-        date_to: dt.date | None = None,
-        vantage: str | None = None,
-        transport: str | None = None,
-    ) -> list[tuple[dt.date, str, str, str, int]]:
-        """Unknown verdicts per (date, vantage, transport, nearest family): the "X-like" split of
-        the Unknown share (index ix_verdicts_kind_day)."""
-        fam = func.coalesce(VerdictRow.nearest, "?")
-        q = (
-            select(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, fam, func.count())
-            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
-            .where(VerdictRow.kind == "unknown")
-        )
-        if date_from:
-            q = q.where(VerdictRow.measured_on >= date_from)
-        if date_to:
-            q = q.where(VerdictRow.measured_on <= date_to)
-        if vantage:
-            q = q.where(VantagePoint.name == vantage)
-        if transport:
-            q = q.where(VerdictRow.transport == transport)
-        q = q.group_by(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, fam)
-        with self._reader.connect() as c:
-            rows = [(d, v, t, str(f), int(n)) for d, v, t, f, n in c.execute(q)]
-        rows.sort(key=lambda r: (r[0], r[1], r[2], -r[4], r[3]))
-        return rows
-
-    EXPORT_COLUMNS = (
-        "measurement_id", "campaign_id", "domain", "vantage", "transport", "measured_on", "label",
-        "kind", "nearest", "confidence", "classifier_version", "created_at",
-    )  # fmt: skip
-
-    def export_verdicts(
-        self,
-        campaign_id: int | None = None,
-        date_from: dt.date | None = None,
-        date_to: dt.date | None = None,
-        vantage: str | None = None,
-        transport: str | None = None,
-        batch: int = 5000,
-    ) -> Iterator[tuple[Any, ...]]:
-        """Every verdict matching the filters as a row of EXPORT_COLUMNS, in measurement order
-        (streamed in batches: a census of millions never sits in memory at once)."""
-        q = (
-            select(
-                VerdictRow.measurement_id,
-                Measurement.campaign_id,
-                Site.domain,
-                VantagePoint.name,
-                VerdictRow.transport,
-                VerdictRow.measured_on,
-                VerdictRow.label,
-                VerdictRow.kind,
-                VerdictRow.nearest,
-                VerdictRow.confidence,
-                VerdictRow.classifier_version,
-                VerdictRow.created_at,
-            )
-            .join(Measurement, Measurement.id == VerdictRow.measurement_id)
-            .join(Site, Site.id == VerdictRow.site_id)
-            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
-            .order_by(VerdictRow.measurement_id)
-        )
-        if campaign_id is not None:
-            q = q.where(Measurement.campaign_id == campaign_id)
-        if date_from:
-            q = q.where(VerdictRow.measured_on >= date_from)
-        if date_to:
-            q = q.where(VerdictRow.measured_on <= date_to)
-        if vantage:
-            q = q.where(VantagePoint.name == vantage)
-        if transport:
-            q = q.where(VerdictRow.transport == transport)
-        with self._reader.connect() as c:
-            res = c.execution_options(yield_per=batch).execute(q)
-            for r in res:
-                yield (*r[:11], aware(r[11]))
-
-    def recent_domains(self, limit: int = 20) -> list[tuple[str, str, str, dt.date]]:
-        """The domains with the newest verdicts: (domain, label, vantage, measured_on)."""
-        q = (
-            select(Site.domain, VerdictRow.label, VantagePoint.name, VerdictRow.measured_on)
-            .join(Site, Site.id == VerdictRow.site_id)
-            .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
-            .order_by(VerdictRow.id.desc())
-            .limit(limit * 4)
-        )
-        seen: dict[str, tuple[str, str, str, dt.date]] = {}
-        with self._reader.connect() as c:
-            for d, label, v, day in c.execute(q):
-                seen.setdefault(d, (d, label, v, day))
-        return list(seen.values())[:limit]
-
-    def measurement_states(self) -> dict[str, int]:
-        """How many measurements are in each state (the /metrics gauge)."""
-        q = select(Measurement.state, func.count()).group_by(Measurement.state)
-        with self._reader.connect() as c:
-            return {str(k): int(n) for k, n in c.execute(q)}
-
-    def verdict_labels(self) -> dict[str, int]:
-        """Verdicts per label, from the aggregated census (cheap at any size)."""
-        q = select(CensusCount.label, func.sum(CensusCount.n)).group_by(CensusCount.label)
-        with self._reader.connect() as c:
-            return {str(k): int(n) for k, n in c.execute(q)}
-
-    def ping(self) -> None:
-        """One round trip to the database; raises if it cannot be reached."""
-        with self._reader.connect() as c:
-            c.execute(select(1))
 
     # ---- politeness -------------------------------------------------------------------------
 

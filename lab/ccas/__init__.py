@@ -33,7 +33,7 @@ PREFIX = "cc_"
 AVAILABLE_FILE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 # Algorithms that are complete and in the default set. BBRv2 (cc_bbr2) and BBRv3 (cc_bbr3) are
-# built, loadable and validated (lab/validate.py) but EXPERIMENTAL: they lack the ECN response
+# built, loadable and validated (lab/validate/) but EXPERIMENTAL: they lack the ECN response
 # and the drafts' exact per-packet loss test (see lab/ccas/README.md), so they are not in the
 # default set. EXPERIMENTAL is also trained on by the classifier (classifier/dataset.py
 # zoo_ccas): a census server running BBRv2/v3 must be named, gaps and all.

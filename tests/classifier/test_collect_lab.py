@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from ccscope.classifier import conditions as c
 from ccscope.classifier.collect import collect, job_dir, load_index
 from ccscope.trace import Trace
+from tests.classifier.conftest import lab_draw, space_draw
 from tests.lab.lab_testkit import link_binary_or_skip, needs_root
 
 pytestmark = [needs_root, pytest.mark.netns, pytest.mark.slow]
@@ -22,28 +22,15 @@ STATE_PREFIX = "/run/ccscope/lab-test-draws-"
 
 
 def _draws() -> tuple[c.Draw, c.Draw]:
-    base = c.sample("full", "test", 0)
-    shared = replace(
-        base,
-        path=c.InternetPath(rtt_ms=20.0, jitter_ms=0.5),
-        sharing=c.Sharing(
-            rate_mbit=5.0, buffer_bdp=1.0, udp_share=0.1, flows=(c.ElasticFlow("cubic", 2.0, 1.0),)
-        ),
-        placement=c.Placement((c.AccessPath(5.0),)),
-        server=c.Server(object_bytes=150_000),
-        profile=c.ProfilePair(),
+    nginx = space_draw(
+        c.InternetPath(rtt_ms=10.0),
+        c.Placement(),
+        c.Server(program="nginx", initcwnd=32, gso=False, mss=1000, object_bytes=400_000),
+        rate_kbit=1500.0,
+        buffer_bdp=2.0,
+        mtu=1500,
     )
-    nginx = replace(
-        base,
-        index=1,
-        path=c.InternetPath(rtt_ms=10.0),
-        sharing=c.Sharing(),
-        placement=c.Placement(),
-        server=c.Server(program="nginx", initcwnd=32, gso=False, mss=1000, object_bytes=400_000),
-        profile=c.ProfilePair("space", rate_kbit=1500.0, buffer_bdp=2.0, sack=False, mtu=1500,
-                              delay_a_ms=20.0, delay_b_ms=40.0),
-    )  # fmt: skip
-    return shared, nginx
+    return lab_draw(5.0, 150_000), nginx
 
 
 def _first_flight(pcap: Path, server_port: int) -> tuple[int, int]:

@@ -6,7 +6,6 @@ run measures nothing."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from ccscope.classifier import conditions as c
 from ccscope.classifier.collect import collect, job_dir, load_index, quic_adaptation
 from ccscope.classifier.train import load_samples
 from ccscope.trace import Trace
+from tests.classifier.conftest import lab_draw, space_draw
 from tests.lab.lab_testkit import link_binary_or_skip, needs_root
 
 pytestmark = [needs_root, pytest.mark.netns, pytest.mark.slow]
@@ -24,28 +24,15 @@ STACKS = ("quiche:cubic", "quicgo:reno")
 
 
 def _draws() -> tuple[c.Draw, c.Draw]:
-    base = c.sample("full", "test", 0)
-    shared = replace(
-        base,
-        path=c.InternetPath(rtt_ms=20.0, jitter_ms=0.5),
-        sharing=c.Sharing(
-            rate_mbit=2.0, buffer_bdp=1.0, udp_share=0.1, flows=(c.ElasticFlow("cubic", 2.0, 1.0),)
-        ),
-        placement=c.Placement((c.AccessPath(5.0),)),
-        server=c.Server(object_bytes=40_000),
-        profile=c.ProfilePair(),
+    drawn = space_draw(
+        c.InternetPath(rtt_ms=10.0, loss=0.001),
+        c.Placement(upstream_ratio=2.0, upstream_buffer_bdp=2.0),
+        c.Server(object_bytes=60_000),
+        rate_kbit=300.0,
+        buffer_bdp=1.5,
+        mtu=200,
     )
-    drawn = replace(
-        base,
-        index=1,
-        path=c.InternetPath(rtt_ms=10.0, loss=0.001),
-        sharing=c.Sharing(),
-        placement=c.Placement(upstream_ratio=2.0, upstream_buffer_bdp=2.0),
-        server=c.Server(object_bytes=60_000),
-        profile=c.ProfilePair("space", rate_kbit=300.0, buffer_bdp=1.5, sack=False, mtu=200,
-                              delay_a_ms=20.0, delay_b_ms=40.0),
-    )  # fmt: skip
-    return c.quic_draw(shared), c.quic_draw(drawn)
+    return c.quic_draw(lab_draw(2.0, 40_000)), c.quic_draw(drawn)
 
 
 def test_quic_draw_collection(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from ccscope.crawler.discover import Limits, extract_links, find_largest_object
 from ccscope.crawler.http import USER_AGENT as CRAWLER_USER_AGENT
 from ccscope.crawler.http import CrawlError, SafeClient
 from ccscope.crawler.lists import ListFormatError, date_from_name, parse_list
-from ccscope.crawler.site import object_for_site, pick_object
+from ccscope.crawler.site import SitePick, pick_object
 from ccscope.errors import TargetRefused
 from ccscope.identity import USER_AGENT
 from ccscope.store import Store
@@ -98,13 +98,13 @@ def test_robots_5xx_means_stay_away() -> None:
 def test_cached_per_site_with_ttl(site: Site, tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 's.db'}", str(tmp_path / "t"))
     store.migrate()
-    url, size, cached = object_for_site(store, "lab.example", policy=LOOPBACK, base_urls=[site.base])
-    assert (url, size, cached) == (site.base + "deep.bin", 900 * KB, False)
+    p = pick_object(store, "lab.example", policy=LOOPBACK, base_urls=[site.base])
+    assert p == SitePick(site.base + "deep.bin", 900 * KB, False)
     n = len(site.log)
-    assert object_for_site(store, "lab.example", policy=LOOPBACK, base_urls=[site.base])[2] is True
+    assert pick_object(store, "lab.example", policy=LOOPBACK, base_urls=[site.base]).cached is True
     assert len(site.log) == n  # served from the store, no requests
-    object_for_site(store, "other.example", policy=LOOPBACK, ttl_seconds=-1, base_urls=[site.base])
-    assert object_for_site(store, "other.example", policy=LOOPBACK, base_urls=[site.base])[2] is False
+    pick_object(store, "other.example", policy=LOOPBACK, ttl_seconds=-1, base_urls=[site.base])
+    assert pick_object(store, "other.example", policy=LOOPBACK, base_urls=[site.base]).cached is False
 
 
 def test_endless_body_is_capped() -> None:

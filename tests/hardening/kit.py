@@ -1,5 +1,6 @@
 """Shared by the hardening tests and `bench/hardening`: a network namespace holding a hostile
-lab host and the internal listeners it points at, and a way to measure a process's peak RSS.
+lab host and the internal listeners it points at; the hostile and oversized input files and
+`peak_rss`, which loads one in a process of its own and measures its peak RSS.
 
 The namespace is private to one test (its own name, no routes out): every address in it lives on
 its loopback device, and the client under test runs inside it too (`run_in_ns`), so no packet
@@ -10,8 +11,10 @@ gets; a refused attack is one whose listener log stays empty.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -144,20 +147,93 @@ def run_in_ns(net: HostileNet, code: str, *, env: dict[str, str] | None = None, 
     return p.stdout
 
 
-def rss_of(
-    argv: list[str], *, as_limit_mb: int | None = None, timeout: float = 300
+# ---- memory: hostile and oversized inputs -------------------------------------------------------
+
+GB = 1024**3
+REJECT_MB = 300  # the most a rejected input may cost
+AS_LIMIT_MB = 3072  # address space: a 1 GB map of the input plus the interpreter's own
+PCAP_HEADER = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+CSV_HEADER = b"frame.time_relative,ip.src,ip.dst,tcp.srcport,tcp.dstport,tcp.seq,tcp.ack,tcp.len,tcp.flags\n"
+TRACE_PREFIX = b'{"format": "ccscope-trace/1", "series": {"t": ['
+# What loads a file of each input kind, as a user's command would.
+LOADERS = {
+    "trace": "from ccscope.trace import Trace; Trace.load({p!r})",
+    "pcap": "from ccscope.capture.tcp_bif import flows_from_pcap; flows_from_pcap({p!r})",
+    "csv": "from ccscope.capture.nebby_csv import traces_from_csv; traces_from_csv({p!r})",
+}
+# 1 GB sparse files, each a head and then zeros: (kind, file name, head, what it is).
+SPARSE_INPUTS = (
+    ("pcap", "zeros.pcap", b"", "1 GB of zeros (.pcap)"),
+    ("pcap", "header-then-zeros.pcap", PCAP_HEADER, "pcap header then 1 GB of zeros"),
+    ("csv", "zeros.csv", b"", "1 GB of zeros (.csv)"),
+    ("csv", "header-then-zeros.csv", CSV_HEADER, "CSV header then 1 GB of zeros"),
+    ("trace", "zeros.trace.json", b"", "1 GB of zeros (.trace.json)"),
+    ("trace", "brace-then-zeros.trace.json", TRACE_PREFIX, "trace prefix then 1 GB of zeros"),
+)
+
+
+def peak_rss(
+    cmd: list[str], *, as_limit_mb: int | None = AS_LIMIT_MB, timeout: float = 300
 ) -> tuple[int, float, str]:
-    """Peak RSS (MB) of `argv` alone, measured by a fresh wrapper process so earlier, bigger
-    children of this process do not mask it."""
+    """(exit code, peak RSS in MB, stderr's tail) of `cmd` alone under `prlimit --as`, measured
+    by a fresh wrapper process so earlier, bigger children of this process do not mask it."""
     wrapper = (
         "import json, resource, subprocess, sys\n"
         "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
         "r = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
         "print(json.dumps({'rc': p.returncode, 'rss_kb': r, 'err': p.stderr[-600:]}))\n"
     )
-    cmd = list(argv)
+    argv = list(cmd)
     if as_limit_mb is not None:
-        cmd = ["prlimit", f"--as={as_limit_mb * 1024 * 1024}", "--", *cmd]
-    out = subprocess.run([PY, "-c", wrapper, *cmd], capture_output=True, text=True, timeout=timeout)
+        argv = ["prlimit", f"--as={as_limit_mb * 1024 * 1024}", "--", *argv]
+    out = subprocess.run([PY, "-c", wrapper, *argv], capture_output=True, text=True, timeout=timeout)
     d = json.loads(out.stdout.strip().splitlines()[-1])
     return int(d["rc"]), d["rss_kb"] / 1024, str(d["err"])
+
+
+def load_cmd(kind: str, path: Path) -> list[str]:
+    """A fresh interpreter loading `path` as a `kind` input; exit 3 on a clean CCScopeError."""
+    code = (
+        "import sys\nfrom ccscope.errors import CCScopeError\n"
+        f"try:\n    {LOADERS[kind].format(p=str(path))}\nexcept CCScopeError as e:\n"
+        "    print(e, file=sys.stderr); sys.exit(3)\n"
+    )
+    return [PY, "-c", code]
+
+
+def sparse(path: Path, head: bytes, size: int = GB) -> Path:
+    with path.open("wb") as f:
+        f.write(head)
+        f.truncate(size)
+    return path
+
+
+def gzip_bomb(path: Path) -> Path:
+    """A gzipped trace under 5 MB that inflates to 250 MB."""
+    with gzip.open(path, "wb", compresslevel=9) as gz:
+        gz.write(b'{"format": "ccscope-trace/1", "meta": {}, "series": {"t": [')
+        chunk = b"0.000001, " * 100_000
+        for _ in range(250 * 1024 * 1024 // len(chunk)):
+            gz.write(chunk)
+        gz.write(b"0]}}")
+    return path
+
+
+def million_row_csv(path: Path) -> Path:
+    """A real (if long) Nebby CSV: one flow's handshake and 1e6 - 2 rows of data and ACKs (57 MB)."""
+    with path.open("wb") as f:
+        f.write(CSV_HEADER)
+        f.write(b"0.000000,10.0.0.2,10.0.0.1,40000,80,0,0,0,0x0002\n")
+        f.write(b"0.010000,10.0.0.1,10.0.0.2,80,40000,0,1,0,0x0012\n")
+        rows = []
+        for i in range(1, 1_000_000 - 1):
+            t = 0.02 + i * 0.0001
+            if i % 2:
+                rows.append(f"{t:.6f},10.0.0.1,10.0.0.2,80,40000,{1 + (i // 2) * 48},1,48,0x0010\n")
+            else:
+                rows.append(f"{t:.6f},10.0.0.2,10.0.0.1,40000,80,1,{1 + (i // 2) * 48},0,0x0010\n")
+            if len(rows) == 10000:
+                f.write("".join(rows).encode())
+                rows = []
+        f.write("".join(rows).encode())
+    return path

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +10,7 @@ import pytest
 from ccscope.lab.lab import Lab, LabParams
 from ccscope.store.core import Store
 from tests.lab.lab_testkit import running_lab
+from tests.workers.kit import RedisServer
 
 # Not instance 0 (a developer's lab) nor 7 (the capture tests' lab): these coexist.
 INSTANCE = 8
@@ -46,61 +43,17 @@ def store(tmp_path: Path) -> Iterator[Store]:
         s.close()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.fail("redis-server is not installed (apt-get install -y redis-server)")
-    port = free_port()
-    d = tmp_path_factory.mktemp("redis")
-    log = (d / "redis.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-            "--dir",
-            str(d),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as c:
-                c.sendall(b"PING\r\n")
-                if c.recv(16).startswith(b"+PONG"):
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail(f"redis-server did not start: {(d / 'redis.log').read_text()[-500:]}")
-        time.sleep(0.1)
+    redis = RedisServer(tmp_path_factory.mktemp("redis"), durable=False)
     try:
-        yield f"redis://127.0.0.1:{port}/0"
+        redis.start()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    try:
+        yield redis.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        redis.stop()
 
 
 def use_broker(app: object, url: str) -> None:

@@ -17,32 +17,11 @@ import pytest
 from ccscope.store.core import Store
 from tests.netutil import ccscope_tables
 from tests.workers.conftest import CCAS, obj_url
+from tests.workers.kit import GroupProcess, RedisServer, group_pids
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 CELERY = str(Path(sys.executable).with_name("celery"))
-
-
-class Worker:
-    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
-        self.proc, self.log = proc, log
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def kill(self) -> None:
-        # The whole process group: the worker and the download it is running.
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture
@@ -55,10 +34,10 @@ def app(redis_url: str):
 
 
 @pytest.fixture
-def start_worker(lab, store: Store, redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    started: list[Worker] = []
+def start_worker(lab, store: Store, redis_url: str, tmp_path: Path) -> Iterator[Callable[..., GroupProcess]]:
+    started: list[GroupProcess] = []
 
-    def start(vantage: str, *, queues: str | None = None, **env: str) -> Worker:
+    def start(vantage: str, *, queues: str | None = None, **env: str) -> GroupProcess:
         e = dict(os.environ)
         e.update(
             CCSCOPE_DB_URL=store.url,
@@ -75,7 +54,7 @@ def start_worker(lab, store: Store, redis_url: str, tmp_path: Path) -> Iterator[
         )
         e.update(env)
         log = tmp_path / f"worker-{vantage}-{len(started)}.log"
-        proc = subprocess.Popen(
+        w = GroupProcess(
             [
                 CELERY,
                 "-A",
@@ -95,40 +74,18 @@ def start_worker(lab, store: Store, redis_url: str, tmp_path: Path) -> Iterator[
                 "--without-mingle",
                 "--without-heartbeat",
             ],
-            env=e,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so a kill takes its downloads too
+            log,
+            e,
         )
-        w = Worker(proc, log)
+        w.start()  # its own process group, so a kill takes its downloads too
         started.append(w)
-        deadline = time.monotonic() + 40
-        while "ready." not in w.text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"celery worker did not start:\n{w.text()[-2000:]}")
-            time.sleep(0.2)
+        if not w.wait_for("ready.", timeout=40):
+            pytest.fail(f"celery worker did not start:\n{w.text()[-2000:]}")
         return w
 
     yield start
     for w in started:
         w.stop()
-
-
-def group_pids(pgid: int, comm: str) -> list[int]:
-    """Pids of process group `pgid` whose command name starts with `comm`."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and name.startswith(comm[:15]):
-            out.append(int(d.name))
-    return out
 
 
 def wait_states(store: Store, ids: list[int], states: set[str], timeout: float) -> dict[int, str]:
@@ -350,54 +307,13 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-class _Redis:
-    """A broker of the test's own (append-only, fsync always: a restart keeps its queues)."""
-
-    def __init__(self, d: Path) -> None:
-        from tests.workers.conftest import free_port
-
-        self.d, self.port = d, free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import shutil
-        import socket
-
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.d)],
-            stdout=(self.d / "redis.log").open("ab"),
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"redis did not start: {(self.d / 'redis.log').read_text()[-500:]}")
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
 def test_broker_restart_mid_campaign_loses_nothing(lab, store, tmp_path):
     """The broker goes away while measurements run and comes back: the supervised worker
     (`ccscope worker`) reconnects or is restarted, and every measurement ends classified
     exactly once (one verdict, one set of traces); nothing is left queued or running. The
     messages are sent from a child process: this process's Celery app keeps its connections
     (and would keep them to this test's broker once it is gone)."""
-    rdir = tmp_path / "redis"
-    rdir.mkdir()
-    broker = _Redis(rdir)
+    broker = RedisServer(tmp_path / "redis")  # append-only, fsync always: a restart keeps its queues
     broker.start()
 
     e = dict(os.environ)  # the lab's state directory among it
@@ -416,17 +332,12 @@ def test_broker_restart_mid_campaign_loses_nothing(lab, store, tmp_path):
         CCSCOPE_RESTORE_INTERVAL="2",
         CCSCOPE_WORKER_STALE_AFTER="12",
     )
-    log = tmp_path / "worker.log"
     cmd = [sys.executable, "-c", "from ccscope.cli import main; raise SystemExit(main())", "worker"]
     cmd += ["--vantage", "paris", "--concurrency", "2", "--profiles", "A"]
-    out = log.open("wb")
-    proc = subprocess.Popen(cmd, env=e, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    w = Worker(proc, log)
+    w = GroupProcess(cmd, tmp_path / "worker.log", e)
+    w.start()
     try:
-        deadline = time.monotonic() + 60
-        while "ready." not in w.text():
-            assert proc.poll() is None and time.monotonic() < deadline, w.text()[-2000:]
-            time.sleep(0.2)
+        assert w.wait_for("ready.", timeout=60), w.text()[-2000:]
         ids = []
         for i, c in enumerate(CCAS * 2):
             m, _ = store.enqueue_measurement(f"{c}.lab.test", "paris", "tcp", f"broker-{i}", url=obj_url(c))

@@ -19,7 +19,7 @@ import pytest
 from ccscope.capture.shell import shell_command
 from ccscope.errors import LabError
 from ccscope.lab.lab import Lab, LabParams, lab_resolve
-from ccscope.store.core import CensusRow
+from ccscope.store.queries import CensusRow
 from ccscope.trace import Trace
 from ccscope.workers.census import CensusReport, SiteResult, format_report
 from ccscope.workers.tasks import WorkerConfig

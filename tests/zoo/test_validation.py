@@ -1,4 +1,4 @@
-"""The validation suite (lab/validate.py): its analysis on synthetic series, then its quick
+"""The validation suite (lab/validate/): its analysis on synthetic series, then its quick
 subset on the real lab (real kernel TCP, BPF zoo, ccscope-link paths): beta of reno, cubic,
 bic and scalable, Reno's +1 segment per RTT, Vegas holding its queue between alpha and beta,
 and the BPF CUBIC against the kernel's under profile A.
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from ccscope.lab import validate as v
-from ccscope.lab.validate import LinkPath, Row, Series
+from ccscope.lab.validate import checks, cubic, series
+from ccscope.lab.validate.series import LinkPath, Row, Series
 
 from .conftest import ccas
 
@@ -39,7 +40,7 @@ def test_reductions_and_beta_from_a_sawtooth():
     """Reno-like sawtooth: +1 per RTT, halved at each loss, Recovery lasting one RTT."""
     dt, rtt = 0.001, 0.04
     t, cw, ss, ca = [], [], [], []
-    w, s, clock = 20.0, float(v.INF_SSTHRESH), 0.0
+    w, s, clock = 20.0, float(series.INF_SSTHRESH), 0.0
     for _ in range(4):
         while w < 40:
             t.append(clock), cw.append(math.floor(w)), ss.append(s), ca.append(0)
@@ -51,12 +52,12 @@ def test_reductions_and_beta_from_a_sawtooth():
             clock += dt
         w = float(s)
     ser = _series(np.array(t), np.array(cw), np.array(ss), np.array(ca))
-    evs = v.reductions(ser)
+    evs = series.reductions(ser)
     assert [e.kind for e in evs] == ["recovery"] * 4
     assert evs[0].slow_start and not evs[1].slow_start
     assert all(abs(e.beta - 0.5) < 0.03 for e in evs)
-    assert len(v.ca_events(ser, ("recovery",))) == 3
-    rows = v._growth_rows(ser, "reno", 1.0, 0.1, "growth")
+    assert len(series.ca_events(ser, ("recovery",))) == 3
+    rows = checks._growth_rows(ser, "reno", 1.0, 0.1, "growth")
     assert rows[0].passed, rows[0]
 
 
@@ -64,14 +65,14 @@ def test_open_state_cuts_are_reductions_too():
     t = np.arange(0, 1, 0.001)
     cw = np.where(t < 0.5, 50, 35)
     ser = _series(t, cw, np.full(len(t), 30), np.zeros(len(t)))
-    (e,) = v.reductions(ser)
+    (e,) = series.reductions(ser)
     assert e.kind == "open" and abs(e.cwnd_end / e.cwnd_before - 0.7) < 1e-9
 
 
 def test_cubic_fit_recovers_c_and_k():
     t = np.arange(0, 6, 0.01)
     w = 0.4 * (t - 4.0) ** 3 + 100 + np.random.default_rng(1).normal(0, 0.3, len(t))
-    c, k, wo, rms = v.fit_cubic(t, w)
+    c, k, wo, rms = series.fit_cubic(t, w)
     assert abs(c - 0.4) < 0.03 and abs(k - 4.0) < 0.1 and abs(wo - 100) < 1 and rms < 0.5
 
 
@@ -79,28 +80,28 @@ def test_cubic_fit_recovers_c_and_k():
 def test_bbr_startup_and_drain_gains_from_pacing_over_delivery(cca: str):
     """Startup paces at gain x delivery rate (x 0.99, BBR's margin) once delivery reaches the
     link rate; Drain paces below it until the queue is gone; then ~1.0."""
-    spec = v.BBR_SPECS[cca]
+    spec = checks.BBR_SPECS[cca]
     t = np.arange(0, 2, 0.001)
     link = 10e6 / 8
     delivery = np.minimum(link, 1e5 * np.exp2(t / 0.04))
     gain = np.where(t < 0.5, spec.startup_gain, np.where(t < 0.55, spec.drain_gain, 1.0))
-    ser = _series(t, np.full(len(t), 40), np.full(len(t), v.INF_SSTHRESH), np.zeros(len(t)))
+    ser = _series(t, np.full(len(t), 40), np.full(len(t), series.INF_SSTHRESH), np.zeros(len(t)))
     ser.delivery, ser.pacing = delivery, gain * 0.99 * delivery
-    startup, drain = v._bbr_startup_rows(ser, cca, spec)
+    startup, drain = checks._bbr_startup_rows(ser, cca, spec)
     assert startup.passed and abs(startup.measured - spec.startup_gain) < 0.01, startup
     assert drain.passed and abs(drain.measured - spec.drain_gain) < 0.01, drain
     assert {ch.name for ch in v.select_checks([cca])} >= {cca}
 
 
 def test_highspeed_response_function():
-    assert v.hs_b(38) == 0.5 and abs(v.hs_b(83000) - 0.1) < 1e-9
-    assert v.hs_a(38) == 1 and v.hs_a(200) == 2 and v.hs_a(300) == 3
+    assert checks.hs_b(38) == 0.5 and abs(checks.hs_b(83000) - 0.1) < 1e-9
+    assert checks.hs_a(38) == 1 and checks.hs_a(200) == 2 and checks.hs_a(300) == 3
 
 
 def test_illinois_alpha_curve():
-    assert v.illinois_alpha(0.0, 0.1) == 10.0
-    assert abs(v.illinois_alpha(0.1, 0.1) - 0.3) < 1e-9
-    assert 0.3 < v.illinois_alpha(0.02, 0.1) < 10
+    assert checks.illinois_alpha(0.0, 0.1) == 10.0
+    assert abs(checks.illinois_alpha(0.1, 0.1) - 0.3) < 1e-9
+    assert 0.3 < checks.illinois_alpha(0.02, 0.1) < 10
 
 
 def test_permutation_tests():
@@ -108,14 +109,14 @@ def test_permutation_tests():
     # Two groups drawn alike: cross and within distances agree, p is large.
     pts = rng.normal(0, 1, 10)
     d = np.abs(pts[:, None] - pts[None, :])
-    same = v.distance_permutation_test(d, 5)
+    same = cubic.distance_permutation_test(d, 5)
     assert same["splits"] == 252 and same["p_value"] > 0.05
     # Shifted groups: cross distances dominate, p hits the exact test's floor.
     pts[5:] += 5
     d = np.abs(pts[:, None] - pts[None, :])
-    diff = v.distance_permutation_test(d, 5)
+    diff = cubic.distance_permutation_test(d, 5)
     assert diff["p_value"] <= 2 / 252 + 1e-9 and diff["ratio"] > 2
-    assert v.feature_permutation_test(list(pts), 5) <= 2 / 252 + 1e-9
+    assert cubic.feature_permutation_test(list(pts), 5) <= 2 / 252 + 1e-9
 
 
 def test_row_pass_rule():
@@ -187,5 +188,5 @@ def test_report_formats(report: v.Report):
 
 
 def test_illinois_decrease_curve():
-    assert v.illinois_b(0.0, 0.1) == 0.125 and v.illinois_b(0.09, 0.1) == 0.5
-    assert abs(v.illinois_b(0.045, 0.1) - 0.3125) < 1e-9
+    assert checks.illinois_b(0.0, 0.1) == 0.125 and checks.illinois_b(0.09, 0.1) == 0.5
+    assert abs(checks.illinois_b(0.045, 0.1) - 0.3125) < 1e-9
