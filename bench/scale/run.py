@@ -32,11 +32,13 @@ usage: python bench/scale/run.py --out bench/results/scale.json [--part profiles
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gzip
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -254,10 +256,21 @@ def _census_child(args: argparse.Namespace) -> int:
     work = Path(args.work_dir) / f"sweep-k{k}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    if args.probe:
+        import cpuprobe  # bench/scale/cpuprobe.py, beside this file
+
+        cpuprobe.install()
     sites = [f"s{i:03d}.lab.test" for i in range(k)]
-    store = Store(f"sqlite:///{work}/census.db", f"{work}/traces")
+    store = Store(args.store_url or f"sqlite:///{work}/census.db", f"{work}/traces")
     store.migrate()
     name, _ = import_list_file(store, write_list(work / f"scale_{dt.date.today().isoformat()}.csv", sites))
+    # This process's start-up (interpreter, imports, store, lab truth, the classifier's model,
+    # which a worker loads once) is a worker's one-off, not a measurement's: its CPU so far is
+    # reported apart.
+    from ccscope.classifier.core import _load_model
+
+    _load_model(None)
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     rep = run_census(
         store,
         name,
@@ -296,9 +309,18 @@ def _census_child(args: argparse.Namespace) -> int:
         if v is not None:
             evidence_bytes.append(len(json.dumps(v.evidence, default=str)))
     acc = rep.to_dict()["scores"].get("all")
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu: dict[str, Any] = {
+        "process_start_s": round(ru0.ru_utime + ru0.ru_stime, 3),
+        "process_s": round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3),
+        **_child_cpu(store, [r.measurement_id for r in rep.results]),
+    }
+    if args.probe:
+        cpu["stages"] = cpuprobe.snapshot()
     print(
         json.dumps(
             {
+                "cpu": cpu,
                 "concurrency": k,
                 "measurements": len(rep.results),
                 "classified": sum(r.state == "classified" for r in rep.results),
@@ -327,6 +349,30 @@ def _census_child(args: argparse.Namespace) -> int:
     return 0
 
 
+def _child_cpu(store: Any, ids: list[int]) -> dict[str, float]:
+    """CPU the measurements' own processes report in their stored traces: every shell's
+    emulator (its stats file: getrusage of ccscope-link, set-up included, teardown not) and
+    every download client (its report's cpu_s, interpreter start-up included)."""
+    from ccscope.trace import Trace
+
+    link = client = 0.0
+    shells = clients = 0
+    for mid in ids:
+        for t in store.get_measurement(mid).traces:
+            if t.media_type != "application/json":
+                continue
+            extra = Trace.from_bytes(store.read_trace(t.sha256)).extra
+            c = ((extra.get("link_stats") or {}).get("cpu")) or {}
+            if c:
+                link += (int(c.get("user_us") or 0) + int(c.get("sys_us") or 0)) / 1e6
+                shells += 1
+            f = (extra.get("fetch") or {}).get("cpu_s")
+            if f is not None:
+                client += float(f)
+                clients += 1
+    return {"link_s": round(link, 3), "shells": shells, "client_s": round(client, 3), "clients": clients}
+
+
 def _lab_cpu_s() -> float:
     """CPU seconds so far of the lab's processes (its shell and servers: the lab's pgid)."""
     st = json.loads((Path(STATE_DIR) / "state.json").read_text())
@@ -346,46 +392,154 @@ def _lab_cpu_s() -> float:
     return total
 
 
+def _census_run(
+    k: int, args: argparse.Namespace, *, probe: bool = False, store_url: str | None = None
+) -> dict[str, Any]:
+    """One census of K sites at once in a child process; its figures, with the CPU of the
+    child's whole process tree from wait4 (less the child's own start-up, a worker's one-off)."""
+    lab_cpu0 = _lab_cpu_s()
+    t0 = time.monotonic()
+    argv = [sys.executable, __file__, "--census-child", str(k), "--work-dir", args.work_dir]
+    if probe:
+        argv.append("--probe")
+    if store_url:
+        argv += ["--store-url", store_url]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t0
+    lab_cpu = _lab_cpu_s() - lab_cpu0
+    if status != 0:
+        raise SystemExit(f"census child for K={k} failed (status {status})")
+    row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    tree = ru.ru_utime + ru.ru_stime
+    cpu = tree - row["cpu"]["process_start_s"]
+    row["cpu"]["tree_s"] = round(tree, 3)
+    row["cpu"]["children_s"] = round(tree - row["cpu"]["process_start_s"] - row["cpu"]["process_s"], 3)
+    row.update(
+        {
+            "store": "postgresql" if store_url else "sqlite",
+            "wall_s": round(wall, 1),
+            "measuring_side_cpu_s": round(cpu, 1),
+            "cpu_s_per_measurement_measuring_side": round(cpu / max(1, row["measurements"]), 2),
+            "lab_servers_cpu_s": round(lab_cpu, 1),
+            "sites_per_hour": round(row["measurements"] * 3600 / row["seconds"], 1),
+            "p99_under_1ms": (row["lateness_p99_ms_max"] or 0) < 1.0,
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+        }
+    )
+    return row
+
+
+# The embedded census store is SQLite up to this K; from it on, PostgreSQL (SQLite's single
+# writer gave 'database is locked' on heartbeats at K = 32 under load).
+PG_FROM_K = 32
+
+
 def part_sweep(args: argparse.Namespace) -> dict[str, Any]:
+    from ccscope.store.pgcluster import running_cluster
+
     ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
     sites = tuple((f"s{i:03d}.lab.test", MIX[i % len(MIX)]) for i in range(max(ks)))
     lab = _lab_up(tuple(dict.fromkeys(c for _, c in sites)), sites)
     rows = []
     try:
-        for k in ks:
-            log(f"sweep: K={k} measurements at once (profiles concurrent) ...")
-            lab_cpu0 = _lab_cpu_s()
-            t0 = time.monotonic()
-            proc = subprocess.Popen(
-                [sys.executable, __file__, "--census-child", str(k), "--work-dir", args.work_dir],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert proc.stdout is not None
-            out = proc.stdout.read()
-            _, status, ru = os.wait4(proc.pid, 0)
-            wall = time.monotonic() - t0
-            lab_cpu = _lab_cpu_s() - lab_cpu0
-            if status != 0:
-                raise SystemExit(f"census child for K={k} failed (status {status})")
-            row = json.loads(out.strip().splitlines()[-1])
-            cpu = ru.ru_utime + ru.ru_stime
-            row.update(
-                {
-                    "wall_s": round(wall, 1),
-                    "measuring_side_cpu_s": round(cpu, 1),
-                    "cpu_s_per_measurement_measuring_side": round(cpu / max(1, row["measurements"]), 2),
-                    "lab_servers_cpu_s": round(lab_cpu, 1),
-                    "sites_per_hour": round(row["measurements"] * 3600 / row["seconds"], 1),
-                    "p99_under_1ms": (row["lateness_p99_ms_max"] or 0) < 1.0,
-                    "load_after": [round(x, 2) for x in os.getloadavg()],
-                }
-            )
-            rows.append(row)
-            log(json.dumps(row))
+        with contextlib.ExitStack() as stack:
+            pg = None
+            if max(ks) >= PG_FROM_K:
+                # K workers' threads each hold a connection at times: room for all of them.
+                pg = stack.enter_context(running_cluster(("max_connections=400",)))
+            for k in ks:
+                log(f"sweep: K={k} measurements at once (profiles concurrent) ...")
+                url = pg.new_database() if pg is not None and k >= PG_FROM_K else None
+                row = _census_run(k, args, store_url=url)
+                rows.append(row)
+                log(json.dumps(row))
     finally:
         lab.down()
     return {"sweep": rows}
+
+
+def breakdown(row: dict[str, Any]) -> dict[str, Any]:
+    """CPU seconds per measurement by where they go, from a probed census run's row: the
+    census process's stages (thread CPU, exclusive of nested stages), the rest of that process,
+    each shell's emulator, each download client, and the helpers the emulators run (ip, nft:
+    the children's CPU beyond the emulators' and clients' own accounts)."""
+    import cpuprobe
+
+    c = row["cpu"]
+    n = max(1, row["measurements"])
+    stages = cpuprobe.group(c.get("stages") or {})
+    per = {k: v / n for k, v in stages.items()}
+    per["census_process_other"] = (c["process_s"] - sum(stages.values())) / n
+    per["shells_ccscope_link"] = c["link_s"] / n
+    per["download_clients"] = c["client_s"] / n
+    per["shell_helpers_ip_nft"] = (c["children_s"] - c["link_s"] - c["client_s"]) / n
+    total = (c["tree_s"] - c["process_start_s"]) / n
+    return {
+        "cpu_s_per_measurement": round(total, 3),
+        "parts_cpu_s": {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])},
+        "parts_share": {k: round(v / total, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])}
+        if total > 0
+        else {},
+        "measurements": row["measurements"],
+        "concurrency": row["concurrency"],
+        "shells": c["shells"],
+        "clients": c["clients"],
+        "census_process_start_s": c["process_start_s"],
+        "stages": c.get("stages"),
+        "download_s_median": row["download_s_median"],
+        "checks_per_measurement": round(
+            ((c.get("stages") or {}).get("check_classify") or {}).get("calls", 0) / n, 2
+        ),
+    }
+
+
+def part_cpu(args: argparse.Namespace) -> dict[str, Any]:
+    """The measuring side's CPU per measurement, by stage: a census of K sites with every stage
+    timed (bench/scale/cpuprobe.py). CPU seconds from rusage are fair on a busy machine (wall
+    times are not): the load average is recorded beside them."""
+    k = args.cpu_k
+    sites = tuple((f"s{i:03d}.lab.test", MIX[i % len(MIX)]) for i in range(k))
+    lab = _lab_up(tuple(dict.fromkeys(c for _, c in sites)), sites)
+    try:
+        load0 = [round(x, 2) for x in os.getloadavg()]
+        row = _census_run(k, args, probe=True)
+    finally:
+        lab.down()
+    out = breakdown(row)
+    out.update(
+        {
+            "how": "one census of K lab sites at once (profiles side by side, adaptive stopping, "
+            "the workers' pipeline, SQLite store) with every stage of the census process timed "
+            "by its thread CPU (bench/scale/cpuprobe.py); shells from their stats files, "
+            "clients from their reports, ip/nft helpers as the rest of wait4's children. "
+            "Per measurement; the census process's own start-up is apart (a worker's one-off)",
+            "accuracy": row["accuracy"],
+            "lab_servers_cpu_s_per_measurement": round(
+                row["lab_servers_cpu_s"] / max(1, row["measurements"]), 3
+            ),
+            "load_before": load0,
+            "load_after": row["load_after"],
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "commit": _commit(),
+        }
+    )
+    return out
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def projection(sweep: list[dict[str, Any]], cores: int = 2, headroom: float = 0.7) -> dict[str, Any]:
@@ -675,7 +829,7 @@ def _write(out: Path, doc: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench/results/scale.json")
-    ap.add_argument("--part", choices=["profiles", "sweep", "ttv", "stopping", "all"], default="all")
+    ap.add_argument("--part", choices=["profiles", "sweep", "ttv", "stopping", "cpu", "all"], default="all")
     ap.add_argument("--rounds", type=int, default=2, help="profiles: rounds of each order")
     ap.add_argument("--size", type=int, default=200_000, help="profiles: object bytes")
     ap.add_argument("--k", default="32,64,128", help="sweep: concurrency levels")
@@ -690,7 +844,11 @@ def main() -> int:
         "--rule", help="ttv, stopping: overrides of the default StoppingRule, e.g. 'stable=4,min_p=0'"
     )
     ap.add_argument("--root", default="/var/tmp/ccscope-draws", help="stopping: the reference set")
+    ap.add_argument("--cpu-k", type=int, default=8, help="cpu: sites measured at once")
+    ap.add_argument("--cpu-label", default="cpu_breakdown", help="cpu: the key the breakdown goes under")
     ap.add_argument("--census-child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--store-url", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.census_child:
         return _census_child(args)
@@ -713,6 +871,11 @@ def main() -> int:
     if args.part in ("ttv", "all"):
         doc.update(part_ttv(args))
         _write(out, doc)
+    if args.part == "cpu":
+        doc[args.cpu_label] = part_cpu(args)
+        _write(out, doc)
+        log(json.dumps({k: doc[args.cpu_label][k] for k in ("cpu_s_per_measurement", "parts_cpu_s")}))
+        return 0
     if args.part in ("sweep", "all"):
         doc.update(part_sweep(args))
         doc.update(projection(doc["sweep"]))

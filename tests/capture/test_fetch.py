@@ -135,6 +135,8 @@ def test_cli_prints_one_json_line_and_exit_codes(server):
         timeout=30,
     )
     assert ok.returncode == 0 and json.loads(ok.stdout)["bytes"] == 10
+    # its own CPU (start-up included), which bench/scale's CPU breakdown adds up
+    assert 0 < json.loads(ok.stdout)["cpu_s"] < 30
     refused = subprocess.run(
         [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10"],
         capture_output=True,
@@ -161,3 +163,4 @@ def test_sigterm_mid_body_ends_as_a_stopped_download(server):
     assert p.returncode == 0, out
     assert r["stopped"] and r["truncated"] and r["status"] == 200 and r["error"] is None
     assert 10_000 < r["bytes"] < 10_000_000
+
