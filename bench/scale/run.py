@@ -271,6 +271,7 @@ def _census_child(args: argparse.Namespace) -> int:
 
     _load_model(None)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    rc0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     rep = run_census(
         store,
         name,
@@ -283,6 +284,10 @@ def _census_child(args: argparse.Namespace) -> int:
         worker_overrides={"min_gap_seconds": 0.0, "concurrent_profiles": True},
         progress=False,
     )
+    # The census's CPU, read as soon as it ends: what follows (this bench's own figures) is not
+    # the measuring side's. Every shell has been waited for, so RUSAGE_CHILDREN holds them all.
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    rc1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     late: list[float] = []
     durations: list[float] = []
     trace_bytes: list[int] = []
@@ -309,10 +314,10 @@ def _census_child(args: argparse.Namespace) -> int:
         if v is not None:
             evidence_bytes.append(len(json.dumps(v.evidence, default=str)))
     acc = rep.to_dict()["scores"].get("all")
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu: dict[str, Any] = {
         "process_start_s": round(ru0.ru_utime + ru0.ru_stime, 3),
         "process_s": round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 3),
+        "children_s": round(rc1.ru_utime + rc1.ru_stime - rc0.ru_utime - rc0.ru_stime, 3),
         **_child_cpu(store, [r.measurement_id for r in rep.results]),
     }
     if args.probe:
@@ -373,6 +378,30 @@ def _child_cpu(store: Any, ids: list[int]) -> dict[str, float]:
     return {"link_s": round(link, 3), "shells": shells, "client_s": round(client, 3), "clients": clients}
 
 
+def _pg_cpu_s(pg: Any) -> float:
+    """CPU seconds so far of a PostgreSQL cluster: the postmaster with its reaped backends, and
+    the backends still running."""
+    try:
+        pid = int((Path(pg.data) / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2 :].split()
+        if int(d.name) == pid:
+            total += sum(int(x) for x in f[11:15]) / tick
+        elif int(f[1]) == pid:
+            total += (int(f[11]) + int(f[12])) / tick
+    return total
+
+
 def _lab_cpu_s() -> float:
     """CPU seconds so far of the lab's processes (its shell and servers: the lab's pgid)."""
     st = json.loads((Path(STATE_DIR) / "state.json").read_text())
@@ -414,9 +443,11 @@ def _census_run(
         raise SystemExit(f"census child for K={k} failed (status {status})")
     row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     tree = ru.ru_utime + ru.ru_stime
-    cpu = tree - row["cpu"]["process_start_s"]
+    # The measuring side: the census process while the census ran, and every process it waited
+    # for (shells, clients, their helpers); wait4's whole tree (with this bench's own figures
+    # and the child's start-up) is kept beside it as a check.
+    cpu = row["cpu"]["process_s"] + row["cpu"]["children_s"]
     row["cpu"]["tree_s"] = round(tree, 3)
-    row["cpu"]["children_s"] = round(tree - row["cpu"]["process_start_s"] - row["cpu"]["process_s"], 3)
     row.update(
         {
             "store": "postgresql" if store_url else "sqlite",
@@ -453,7 +484,15 @@ def part_sweep(args: argparse.Namespace) -> dict[str, Any]:
             for k in ks:
                 log(f"sweep: K={k} measurements at once (profiles concurrent) ...")
                 url = pg.new_database() if pg is not None and k >= PG_FROM_K else None
-                row = _census_run(k, args, store_url=url)
+                pg0 = _pg_cpu_s(pg) if url else 0.0
+                row = _census_run(k, args, probe=True, store_url=url)
+                if url:
+                    row["store_server_cpu_s"] = round(_pg_cpu_s(pg) - pg0, 1)
+                row["cpu_breakdown"] = {
+                    k2: v
+                    for k2, v in breakdown(row).items()
+                    if k2 in ("cpu_s_per_measurement", "parts_cpu_s")
+                }
                 rows.append(row)
                 log(json.dumps(row))
     finally:
@@ -476,7 +515,7 @@ def breakdown(row: dict[str, Any]) -> dict[str, Any]:
     per["shells_ccscope_link"] = c["link_s"] / n
     per["download_clients"] = c["client_s"] / n
     per["shell_helpers_ip_nft"] = (c["children_s"] - c["link_s"] - c["client_s"]) / n
-    total = (c["tree_s"] - c["process_start_s"]) / n
+    total = (c["process_s"] + c["children_s"]) / n
     return {
         "cpu_s_per_measurement": round(total, 3),
         "parts_cpu_s": {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])},
@@ -562,10 +601,15 @@ def projection(sweep: list[dict[str, Any]], cores: int = 2, headroom: float = 0.
             "headroom_why": "the emulator's loop needs idle CPU to wake on time; the sweep shows where "
             "lateness breaks as load rises, so the projection keeps 30 % spare",
             "cpu_s_per_measurement_measuring_side": round(cpu, 2),
-            "cpu_s_source": "wait4 rusage of the child running the census (shells, download clients, "
-            "capture -> trace, classification, store writes), divided by its measurements; the lab "
-            "servers' CPU is outside it (kernel TCP work done in softirq is charged to whichever "
-            "process was running, so a share of the servers' sending may land on either side)",
+            "cpu_s_source": "rusage of the child running the census while it ran (RUSAGE_SELF: "
+            "capture -> trace, adaptive stopping's checks, classification, crawl, store client) "
+            "plus every process it waited for (RUSAGE_CHILDREN: shells, download clients, the "
+            "shells' ip/nft helpers), divided by its measurements; the child's start-up (a "
+            "worker's one-off: imports, the model) and the bench's own figures are outside it, "
+            "and so are the lab servers and PostgreSQL (the store's host in a deployment; its "
+            "CPU is in the sweep rows as store_server_cpu_s). Kernel TCP work done in softirq is "
+            "charged to whichever process was running, so a share of the servers' sending may "
+            "land on either side. Per stage: each row's cpu_breakdown",
             "concurrency_needed": round(cpu_bound * per_site_wall / 3600),
             "concurrency_needed_why": "sites per hour x seconds per measurement / 3600 (Little's law): "
             "measurements open at once to reach the projection, with the measured seconds per batch",
