@@ -127,6 +127,7 @@ def measure_profile(
     setup_slack: float = 15.0,
     transport: str = "tcp",
     stop: threading.Event | None = None,
+    groundtruth: bool = True,
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
     `access`: link options of an emulated access path around the profile's shell (a lab
@@ -137,7 +138,9 @@ def measure_profile(
     `transport` names a catalogued transport (ccscope/transports.py); it adapts the profile
     (QUIC needs 1280-byte packets) and supplies the client and the capture -> trace step.
     Setting `stop` ends the download where it is (adaptive stopping); what was captured until
-    then is the trace."""
+    then is the trace. `groundtruth=False` skips the lab's comparison with the server's record
+    (a caller that keeps only the traces: it reads every record of the last minutes, so its
+    CPU grows with the measurements running at once)."""
     tr = get_transport(transport)
     why = tr.unavailable()
     if why:
@@ -216,7 +219,7 @@ def measure_profile(
     run.base_rtt_ms = flow.base_rtt_ms
     run.internet_rtt_ms = flow.internet_rtt_ms
     run.estimator = got.info or None
-    if lab and tr.groundtruth is not None:
+    if lab and groundtruth and tr.groundtruth is not None:
         run.groundtruth = tr.groundtruth(
             flow, sender, profile, f"{run_id}-{profile.name}", out_dir=out_dir, stem=stem, fetch=run.fetch
         )
@@ -241,6 +244,7 @@ def measure(
     transport: str = "tcp",
     stopping: StoppingRule | None = None,
     classify: Callable[[Sequence[Trace]], Verdict] | None = None,
+    groundtruth: bool = True,
 ) -> Measurement:
     """Download `url` through each profile in turn, or, with `concurrent`, through all of them
     at once (one shell and one connection per profile; the time to a verdict is the longest
@@ -253,7 +257,8 @@ def measure(
     default the shipped classifier); once `stopping.settled(...)` the downloads are stopped and
     the traces end there. The rule never stops before `min_s` seconds of trace, the evidence a
     BBRv1 server's ProbeRTT (every 10 s) needs; otherwise `timeout`/`max_bytes` cap the
-    downloads as usual. `Measurement.stopping` records the checks."""
+    downloads as usual. `Measurement.stopping` records the checks. `groundtruth`: in the lab,
+    score each profile against the server's own record (measure_profile)."""
     get_transport(transport)  # an unknown name is refused before anything runs
     if stopping is not None:
         concurrent = True
@@ -287,6 +292,7 @@ def measure(
                     seed=seed,
                     transport=transport,
                     stop=stop,
+                    groundtruth=groundtruth,
                 )
         except CCScopeError as e:
             return ProfileRun(profile=name, ok=False, error=str(e), error_kind=e.kind, transport=transport)
