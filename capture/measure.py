@@ -313,8 +313,10 @@ def measure(
 
 
 class _Watcher:
-    """Adaptive stopping's loop, beside the running downloads: snapshots of the growing pcaps
-    become the sender-aligned traces the classifier reads, every `rule.every_s` seconds."""
+    """Adaptive stopping's loop, beside the running downloads: the growing pcaps become the
+    sender-aligned traces the classifier reads, every `rule.every_s` seconds. A transport with a
+    live reader (TCP) parses only what each capture gained since the last check; otherwise a
+    snapshot of the whole file is parsed each time."""
 
     def __init__(
         self,
@@ -329,6 +331,10 @@ class _Watcher:
         tr = get_transport(transport)
         self.url, self.out, self.tr, self.rule, self.stop = url, out, tr, rule, stop
         self.profiles = [tr.adapt_profile(get_profile(p)) for p in profiles]
+        self.readers: dict[str, Callable[[], Trace]] = {}
+        if tr.live is not None:
+            for p in self.profiles:
+                self.readers[p.name] = tr.live(out / f"{p.name}.pcap", object_url=url, profile=p)
         self.classify = classify
         self.record: dict[str, Any] = {
             "rule": {k: getattr(rule, k) for k in ("every_s", "min_s", "stable", "min_p")},
@@ -349,6 +355,12 @@ class _Watcher:
         """The download's sender-aligned trace from its capture so far; None before it has one.
         The pcap is flushed every 100 ms by the emulator: a record cut at the end is dropped by
         the reader, as after a crash."""
+        reader = self.readers.get(profile.name)
+        if reader is not None:
+            try:
+                return reader()
+            except (OSError, CCScopeError):
+                return None
         pcap = self.out / f"{profile.name}.pcap"
         snap = self.out / f"{profile.name}.live.pcap"
         try:
@@ -373,22 +385,23 @@ class _Watcher:
         history: list[Verdict] = []
         t0 = time.monotonic()
         tick = t0
-        # A check before this can never be among the `stable` last ones once `min_s` is held
-        # (the traces hold less than the wall time since the start): skip its parse and classify.
-        first_useful = self.rule.min_s - (self.rule.stable - 1) * self.rule.every_s - self.rule.every_s / 2
         while True:
             tick += self.rule.every_s
             while time.monotonic() < tick:
                 if all(f.done() for f in futures):
                     return
                 time.sleep(min(0.1, max(0.0, tick - time.monotonic())))
-            if tick - t0 < first_useful:
+            # The traces hold less than the time since the start: a check that could not matter
+            # even holding all of it is not made (rule.useful), nor its capture read.
+            if not self.rule.useful(time.monotonic() - t0):
                 continue
             traces = [self._live(p) for p in self.profiles]
             if any(t is None for t in traces):
                 continue  # a profile has no connection yet: nothing to read
             live = [t for t in traces if t is not None]
             held = min(t.duration for t in live)
+            if not self.rule.useful(held):
+                continue  # too early to be among the checks a stop reads: the same verdict
             try:
                 v = self._classify(live)
             except CCScopeError as e:

@@ -13,6 +13,9 @@ the measurement stops at the first check where
 Otherwise the downloads run to their cap and the full traces decide. The rule's error budget is
 stated as the share of measurements whose stopped verdict differs from the full-length one; the
 bench measures it on held-out lab draws (`simulate` replays recorded traces cut at each check).
+
+A check holding less than `min_s - (stable - 1) * every_s` seconds can never be among the
+`stable` last ones of a stop (`useful`), so it is not made: the verdict is the same without it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ class StoppingRule:
     min_s: float = 14.0
     stable: int = 3
     min_p: float = 0.7
+
+    def useful(self, held_s: float) -> bool:
+        """Whether a check of traces holding `held_s` seconds can matter: it can only be among
+        the `stable` last checks of a stop if the newest of them (at most `stable - 1` checks
+        later) holds `min_s`. Checks that cannot matter are skipped (the verdict is the same)."""
+        return held_s + (self.stable - 1) * self.every_s >= self.min_s - 1e-9
 
     def settled(self, history: Sequence[Verdict], held_s: float) -> bool:
         """Whether to stop after the checks in `history` (oldest first), the traces holding
@@ -67,6 +76,9 @@ def simulate(
     history: list[Verdict] = []
     t = rule.every_s
     while t < end:
+        if not rule.useful(t):
+            t += rule.every_s
+            continue
         v = classify([tr.head(t) for tr in traces])  # type: ignore[operator]
         history.append(v)
         if rule.settled(history, t):
