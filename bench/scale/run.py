@@ -761,7 +761,7 @@ def _apply(rule: Any, checks: list[tuple[float, Any]], full: Any, full_s: float)
 
 def part_stopping(args: argparse.Namespace) -> dict[str, Any]:
     from ccscope.classifier import classify
-    from ccscope.classifier.stopping import StoppingRule
+    from ccscope.classifier.stopping import MIN_P_WHY, StoppingRule
     from ccscope.classifier.train import load_samples, score
     from ccscope.trace import Trace
 
@@ -838,6 +838,7 @@ def part_stopping(args: argparse.Namespace) -> dict[str, Any]:
             "time to verdict is part ttv. `grid`: the same checks under neighbouring rules "
             "(trace_s: seconds of trace each verdict read, the full length where not settled)",
             "rule": {k: getattr(rule, k) for k in ("every_s", "min_s", "stable", "min_p")},
+            "min_p_why": MIN_P_WHY,
             "model": model.version,
             "measurements": len(stops),
             "recall_full_ci": sf["mean_recall_ci"],
