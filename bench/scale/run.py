@@ -86,7 +86,12 @@ def host() -> dict[str, Any]:
     }
 
 
-def _lab_up(ccas: tuple[str, ...], sites: tuple[tuple[str, str], ...] = (), large: int = 420_000) -> Any:
+def _lab_up(
+    ccas: tuple[str, ...],
+    sites: tuple[tuple[str, str], ...] = (),
+    large: int = 420_000,
+    sample_ms: float = 1.0,
+) -> Any:
     from ccscope.lab import ccas as zoo
     from ccscope.lab.lab import Lab, LabParams
 
@@ -94,7 +99,16 @@ def _lab_up(ccas: tuple[str, ...], sites: tuple[tuple[str, str], ...] = (), larg
     os.environ["CCSCOPE_LAB"] = "1"
     os.environ["CCSCOPE_LAB_DIR"] = STATE_DIR
     lab = Lab(STATE_DIR)
-    lab.up(LabParams(ccas=ccas, delay_ms=10.0, sites=sites, large_bytes=large, instance=INSTANCE))
+    lab.up(
+        LabParams(
+            ccas=ccas,
+            delay_ms=10.0,
+            sites=sites,
+            large_bytes=large,
+            instance=INSTANCE,
+            sample_interval_ms=sample_ms,
+        )
+    )
     return lab
 
 
@@ -473,19 +487,20 @@ def part_sweep(args: argparse.Namespace) -> dict[str, Any]:
 
     ks = sorted({int(k) for k in args.k.split(",") if k.strip()})
     sites = tuple((f"s{i:03d}.lab.test", MIX[i % len(MIX)]) for i in range(max(ks)))
-    lab = _lab_up(tuple(dict.fromkeys(c for _, c in sites)), sites)
+    lab = _lab_up(tuple(dict.fromkeys(c for _, c in sites)), sites, sample_ms=args.lab_sample_ms)
     rows = []
     try:
         with contextlib.ExitStack() as stack:
             pg = None
-            if max(ks) >= PG_FROM_K:
+            if max(ks) >= args.pg_from:
                 # K workers' threads each hold a connection at times: room for all of them.
                 pg = stack.enter_context(running_cluster(("max_connections=400",)))
             for k in ks:
                 log(f"sweep: K={k} measurements at once (profiles concurrent) ...")
-                url = pg.new_database() if pg is not None and k >= PG_FROM_K else None
+                url = pg.new_database() if pg is not None and k >= args.pg_from else None
                 pg0 = _pg_cpu_s(pg) if url else 0.0
                 row = _census_run(k, args, probe=True, store_url=url)
+                row["lab_sample_interval_ms"] = args.lab_sample_ms
                 if url:
                     row["store_server_cpu_s"] = round(_pg_cpu_s(pg) - pg0, 1)
                 row["cpu_breakdown"] = {
@@ -541,7 +556,7 @@ def part_cpu(args: argparse.Namespace) -> dict[str, Any]:
     times are not): the load average is recorded beside them."""
     k = args.cpu_k
     sites = tuple((f"s{i:03d}.lab.test", MIX[i % len(MIX)]) for i in range(k))
-    lab = _lab_up(tuple(dict.fromkeys(c for _, c in sites)), sites)
+    lab = _lab_up(tuple(dict.fromkeys(c for _, c in sites)), sites, sample_ms=args.lab_sample_ms)
     try:
         load0 = [round(x, 2) for x in os.getloadavg()]
         row = _census_run(k, args, probe=True)
@@ -556,6 +571,7 @@ def part_cpu(args: argparse.Namespace) -> dict[str, Any]:
             "clients from their reports, ip/nft helpers as the rest of wait4's children. "
             "Per measurement; the census process's own start-up is apart (a worker's one-off)",
             "accuracy": row["accuracy"],
+            "lab_sample_interval_ms": args.lab_sample_ms,
             "lab_servers_cpu_s_per_measurement": round(
                 row["lab_servers_cpu_s"] / max(1, row["measurements"]), 3
             ),
@@ -889,6 +905,13 @@ def main() -> int:
         "--rule", help="ttv, stopping: overrides of the default StoppingRule, e.g. 'stable=4,min_p=0'"
     )
     ap.add_argument("--root", default="/var/tmp/ccscope-draws", help="stopping: the reference set")
+    ap.add_argument(
+        "--lab-sample-ms",
+        type=float,
+        default=1.0,
+        help="sweep, cpu: the lab servers' TCP_INFO sampling period (ground truth the census does not keep)",
+    )
+    ap.add_argument("--pg-from", type=int, default=PG_FROM_K, help="sweep: PostgreSQL from this K on")
     ap.add_argument("--cpu-k", type=int, default=8, help="cpu: sites measured at once")
     ap.add_argument("--cpu-label", default="cpu_breakdown", help="cpu: the key the breakdown goes under")
     ap.add_argument("--census-child", type=int, help=argparse.SUPPRESS)
