@@ -911,6 +911,7 @@ def main() -> int:
         default=1.0,
         help="sweep, cpu: the lab servers' TCP_INFO sampling period (ground truth the census does not keep)",
     )
+    ap.add_argument("--host-note", help="sweep: what else ran on the host (kept in sweep_host)")
     ap.add_argument("--pg-from", type=int, default=PG_FROM_K, help="sweep: PostgreSQL from this K on")
     ap.add_argument("--cpu-k", type=int, default=8, help="cpu: sites measured at once")
     ap.add_argument("--cpu-label", default="cpu_breakdown", help="cpu: the key the breakdown goes under")
@@ -945,10 +946,25 @@ def main() -> int:
         log(json.dumps({k: doc[args.cpu_label][k] for k in ("cpu_s_per_measurement", "parts_cpu_s")}))
         return 0
     if args.part in ("sweep", "all"):
+        load0 = [round(x, 2) for x in os.getloadavg()]
         doc.update(part_sweep(args))
         doc.update(projection(doc["sweep"]))
-        doc["sweep_host"] = host()
+        doc["sweep_host"] = {**host(), "load_before": load0, "note": args.host_note}
         doc["sweep_date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        # Notes written by hand about an earlier sweep no longer apply: say what this one was.
+        for stale in ("sweep_note", "max_concurrency_note"):
+            doc.pop(stale, None)
+        ks = [r["concurrency"] for r in doc["sweep"]]
+        doc["sweep_note"] = (
+            f"K = {', '.join(map(str, ks))}, one batch each (every site at once), profiles side by "
+            "side, adaptive stopping with the default rule, PostgreSQL from "
+            f"K = {args.pg_from} (SQLite below), the lab's TCP_INFO sampling every "
+            f"{args.lab_sample_ms:g} ms; each row's cpu_breakdown says where its CPU went"
+        )
+        if doc.get("max_concurrency_p99_under_1ms") == max(ks):
+            doc["max_concurrency_note"] = (
+                f"a lower bound: every K run held lateness p99 < 1 ms; none above {max(ks)} was run"
+            )
     _write(out, doc)
     log(
         json.dumps(
