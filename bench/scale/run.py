@@ -597,6 +597,26 @@ def _commit() -> str | None:
         return None
 
 
+def unstarved(doc: dict[str, Any], cores: int = 2, headroom: float = 0.7) -> dict[str, Any] | None:
+    """The projection again from `--part cpu`'s figure (a few sites at once, the lab servers
+    with CPU to spare), beside the sweep's: on this VM the sweep's lab servers share the cores,
+    fall behind, and their slower, distorted downloads settle later, so every measurement
+    downloads, checks and emulates longer. A host that only measures has no servers to starve;
+    which of the two it meets depends on how its targets answer."""
+    cb = doc.get("cpu_breakdown")
+    if not cb or not cb.get("cpu_s_per_measurement"):
+        return None
+    cpu = cb["cpu_s_per_measurement"]
+    return {
+        "cpu_s_per_measurement": cpu,
+        "sites_per_hour": round(cores * headroom * 3600 / cpu),
+        "from": f"cpu_breakdown: K = {cb.get('concurrency')}, downloads {cb.get('download_s_median')} s "
+        f"median, load {cb.get('load_before')} -> {cb.get('load_after')}",
+        "why_not_the_headline": "a few sites at once (the lab servers not starved), not a sweep: the headline keeps "
+        "the sweep's figure, the conservative one",
+    }
+
+
 def projection(sweep: list[dict[str, Any]], cores: int = 2, headroom: float = 0.7) -> dict[str, Any]:
     passing = [r for r in sweep if r["p99_under_1ms"]]
     best = max(passing or sweep, key=lambda r: r["sites_per_hour"])
@@ -949,6 +969,7 @@ def main() -> int:
         load0 = [round(x, 2) for x in os.getloadavg()]
         doc.update(part_sweep(args))
         doc.update(projection(doc["sweep"]))
+        doc["projection_derivation"]["unstarved"] = unstarved(doc)
         doc["sweep_host"] = {**host(), "load_before": load0, "note": args.host_note}
         doc["sweep_date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         # Notes written by hand about an earlier sweep no longer apply: say what this one was.
