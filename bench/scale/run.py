@@ -612,8 +612,8 @@ def unstarved(doc: dict[str, Any], cores: int = 2, headroom: float = 0.7) -> dic
         "sites_per_hour": round(cores * headroom * 3600 / cpu),
         "from": f"cpu_breakdown: K = {cb.get('concurrency')}, downloads {cb.get('download_s_median')} s "
         f"median, load {cb.get('load_before')} -> {cb.get('load_after')}",
-        "why_not_the_headline": "a few sites at once (the lab servers not starved), not a sweep: the headline keeps "
-        "the sweep's figure, the conservative one",
+        "why_not_the_headline": "a few sites at once (the lab servers not starved), not a sweep: the "
+        "headline keeps the sweep's figure, the conservative one",
     }
 
 
