@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import resource
 import signal
 import socket
 import ssl
@@ -259,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     except (CCScopeError, OSError, ssl.SSLError) as e:
         kind = os_error_kind(e) if isinstance(e, OSError) else "protocol"
         out, code = asdict(FetchResult(url=args.url, error=str(e) or type(e).__name__, error_kind=kind)), 4
+    # The client's own CPU (interpreter start-up and imports included): what one download costs
+    # the measuring host beyond the shell, read by bench/scale's CPU breakdown.
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out["cpu_s"] = round(ru.ru_utime + ru.ru_stime, 4)
     print(json.dumps(out), flush=True)
     if out.get("stopped"):
         time.sleep(STOP_LINGER_S)

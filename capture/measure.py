@@ -127,6 +127,7 @@ def measure_profile(
     setup_slack: float = 15.0,
     transport: str = "tcp",
     stop: threading.Event | None = None,
+    groundtruth: bool = True,
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
     `access`: link options of an emulated access path around the profile's shell (a lab
@@ -137,7 +138,9 @@ def measure_profile(
     `transport` names a catalogued transport (ccscope/transports.py); it adapts the profile
     (QUIC needs 1280-byte packets) and supplies the client and the capture -> trace step.
     Setting `stop` ends the download where it is (adaptive stopping); what was captured until
-    then is the trace."""
+    then is the trace. `groundtruth=False` skips the lab's comparison with the server's record
+    (a caller that keeps only the traces: it reads every record of the last minutes, so its
+    CPU grows with the measurements running at once)."""
     tr = get_transport(transport)
     why = tr.unavailable()
     if why:
@@ -216,7 +219,7 @@ def measure_profile(
     run.base_rtt_ms = flow.base_rtt_ms
     run.internet_rtt_ms = flow.internet_rtt_ms
     run.estimator = got.info or None
-    if lab and tr.groundtruth is not None:
+    if lab and groundtruth and tr.groundtruth is not None:
         run.groundtruth = tr.groundtruth(
             flow, sender, profile, f"{run_id}-{profile.name}", out_dir=out_dir, stem=stem, fetch=run.fetch
         )
@@ -241,6 +244,7 @@ def measure(
     transport: str = "tcp",
     stopping: StoppingRule | None = None,
     classify: Callable[[Sequence[Trace]], Verdict] | None = None,
+    groundtruth: bool = True,
 ) -> Measurement:
     """Download `url` through each profile in turn, or, with `concurrent`, through all of them
     at once (one shell and one connection per profile; the time to a verdict is the longest
@@ -253,7 +257,8 @@ def measure(
     default the shipped classifier); once `stopping.settled(...)` the downloads are stopped and
     the traces end there. The rule never stops before `min_s` seconds of trace, the evidence a
     BBRv1 server's ProbeRTT (every 10 s) needs; otherwise `timeout`/`max_bytes` cap the
-    downloads as usual. `Measurement.stopping` records the checks."""
+    downloads as usual. `Measurement.stopping` records the checks. `groundtruth`: in the lab,
+    score each profile against the server's own record (measure_profile)."""
     get_transport(transport)  # an unknown name is refused before anything runs
     if stopping is not None:
         concurrent = True
@@ -287,6 +292,7 @@ def measure(
                     seed=seed,
                     transport=transport,
                     stop=stop,
+                    groundtruth=groundtruth,
                 )
         except CCScopeError as e:
             return ProfileRun(profile=name, ok=False, error=str(e), error_kind=e.kind, transport=transport)
@@ -307,8 +313,10 @@ def measure(
 
 
 class _Watcher:
-    """Adaptive stopping's loop, beside the running downloads: snapshots of the growing pcaps
-    become the sender-aligned traces the classifier reads, every `rule.every_s` seconds."""
+    """Adaptive stopping's loop, beside the running downloads: the growing pcaps become the
+    sender-aligned traces the classifier reads, every `rule.every_s` seconds. A transport with a
+    live reader (TCP) parses only what each capture gained since the last check; otherwise a
+    snapshot of the whole file is parsed each time."""
 
     def __init__(
         self,
@@ -323,6 +331,10 @@ class _Watcher:
         tr = get_transport(transport)
         self.url, self.out, self.tr, self.rule, self.stop = url, out, tr, rule, stop
         self.profiles = [tr.adapt_profile(get_profile(p)) for p in profiles]
+        self.readers: dict[str, Callable[[], Trace]] = {}
+        if tr.live is not None:
+            for p in self.profiles:
+                self.readers[p.name] = tr.live(out / f"{p.name}.pcap", object_url=url, profile=p)
         self.classify = classify
         self.record: dict[str, Any] = {
             "rule": {k: getattr(rule, k) for k in ("every_s", "min_s", "stable", "min_p")},
@@ -343,6 +355,12 @@ class _Watcher:
         """The download's sender-aligned trace from its capture so far; None before it has one.
         The pcap is flushed every 100 ms by the emulator: a record cut at the end is dropped by
         the reader, as after a crash."""
+        reader = self.readers.get(profile.name)
+        if reader is not None:
+            try:
+                return reader()
+            except (OSError, CCScopeError):
+                return None
         pcap = self.out / f"{profile.name}.pcap"
         snap = self.out / f"{profile.name}.live.pcap"
         try:
@@ -367,22 +385,23 @@ class _Watcher:
         history: list[Verdict] = []
         t0 = time.monotonic()
         tick = t0
-        # A check before this can never be among the `stable` last ones once `min_s` is held
-        # (the traces hold less than the wall time since the start): skip its parse and classify.
-        first_useful = self.rule.min_s - (self.rule.stable - 1) * self.rule.every_s - self.rule.every_s / 2
         while True:
             tick += self.rule.every_s
             while time.monotonic() < tick:
                 if all(f.done() for f in futures):
                     return
                 time.sleep(min(0.1, max(0.0, tick - time.monotonic())))
-            if tick - t0 < first_useful:
+            # The traces hold less than the time since the start: a check that could not matter
+            # even holding all of it is not made (rule.useful), nor its capture read.
+            if not self.rule.useful(time.monotonic() - t0):
                 continue
             traces = [self._live(p) for p in self.profiles]
             if any(t is None for t in traces):
                 continue  # a profile has no connection yet: nothing to read
             live = [t for t in traces if t is not None]
             held = min(t.duration for t in live)
+            if not self.rule.useful(held):
+                continue  # too early to be among the checks a stop reads: the same verdict
             try:
                 v = self._classify(live)
             except CCScopeError as e:

@@ -84,6 +84,81 @@ def read_pcap_table(path: str | os.PathLike[str] | bytes) -> tuple[SegmentTable,
     return table, stats, frames.truncated
 
 
+class LiveCapture:
+    """A classic pcap still being written (ccscope-link's), read as it grows: each `table()`
+    parses only the records added since the last call and appends them to what was parsed
+    before. Segments parse independently of each other, so the table is the one a parse of the
+    whole file so far would give, for the cost of what is new: adaptive stopping reads the
+    capture every few seconds. A record the writer has not finished waits for the next call."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._head: bytes | None = None  # the 24-byte global header
+        self._done = 24  # file offset up to which whole records were parsed
+        self._table: SegmentTable | None = None
+        self._records = self._non_ip = self._malformed = 0
+
+    def table(self) -> tuple[SegmentTable, dict[str, int], bool]:
+        """The segments so far, the packet counts and whether the file ends inside a record (as
+        read_pcap_table gives them); raises CaptureError for a file that is not (yet) a classic
+        pcap or holds a corrupt record."""
+        try:
+            with open(self.path, "rb") as f:
+                if self._head is None:
+                    head = f.read(24)
+                    if len(head) < 24:
+                        raise CaptureError(f"{self.path}: no pcap header yet ({len(head)} bytes)")
+                    if read_records(head).fmt != "pcap":
+                        raise CaptureError(f"{self.path}: a live capture must be a classic pcap")
+                    self._head = head
+                f.seek(self._done)
+                new = f.read()
+        except OSError as e:
+            raise CaptureError(f"{self.path}: cannot read capture: {e.strerror or e}") from e
+        rec = read_records(self._head + new)
+        if len(rec.off):
+            frames = ip_frames(rec)
+            part = parse_batch(frames.data, frames.ts_ns, frames.ip_off, frames.ip_caplen,
+                               frames.ip_orig_len)  # fmt: skip
+            self._table = part if self._table is None else _concat(self._table, part)
+            self._records += frames.records
+            self._non_ip += frames.non_ip
+            self._malformed += frames.malformed
+            self._done += int(rec.off[-1] + rec.caplen[-1]) - 24
+        table = self._table if self._table is not None else parse_batch(b"", *(np.zeros(0, np.int64),) * 4)
+        stats = _base_stats(self._records, table.counts)
+        stats["non_ip"] += self._non_ip
+        stats["malformed"] += self._malformed
+        stats["truncated"] = int(rec.truncated)
+        return table, stats, rec.truncated
+
+
+def _concat(a: SegmentTable, b: SegmentTable) -> SegmentTable:
+    from ccscope.capture.packets import _COLUMNS
+
+    cols = {k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in _COLUMNS}
+    counts = {k: a.counts.get(k, 0) + b.counts.get(k, 0) for k in {*a.counts, *b.counts}}
+    return SegmentTable(**cols, counts=counts)
+
+
+def live_sender_trace(
+    live: LiveCapture, *, object_url: str | None = None, profile: Profile | dict[str, Any] | None = None
+) -> Trace:
+    """The largest flow's sender-aligned trace from a capture so far (adaptive stopping's
+    check: only the alignment the classifier reads)."""
+    table, stats, partial = live.table()
+    return traces_from_table(
+        table,
+        stats=stats,
+        partial=partial,
+        align="sender",
+        object_url=object_url,
+        profile=profile,
+        source="pcap",
+        require_handshake=True,
+    ).main
+
+
 def flows_from_pcap(
     path: str | os.PathLike[str] | bytes,
     *,

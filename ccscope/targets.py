@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 
 from ccscope.errors import TargetRefused, TargetUnresolved
 from ccscope.lab.registry import LAB_NET
-from ccscope.settings import settings
 
 MAX_URL_LENGTH = 2048
 ALLOWED_SCHEMES = {"http": 80, "https": 443}
@@ -47,7 +46,15 @@ class Target:
 
 
 def lab_mode_enabled(explicit: bool = False) -> bool:
-    return explicit or settings().lab
+    if explicit:
+        return True
+    # Unset or empty, CCSCOPE_LAB is its default (off): no need to load the settings, whose
+    # import (pydantic) is most of the download client's start-up CPU.
+    if not any(v for k, v in os.environ.items() if k.upper() == "CCSCOPE_LAB"):
+        return False
+    from ccscope.settings import settings
+
+    return settings().lab
 
 
 def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:

@@ -158,6 +158,10 @@ class LabParams:
     cross_sources: bool = False  # TCP (reno/cubic/bbr) and UDP cross-traffic sources on 198.18.N.2
     # QUIC servers beside the TCP ones (lab/quic): labels like quiche:cubic, or ("all",)
     quic: tuple[str, ...] = ()
+    # Milliseconds between the servers' TCP_INFO samples of every connection (the ground truth).
+    # One real-time thread samples them all, so its CPU grows with the connections open: a lab
+    # for a census, which keeps no ground truth, can sample more coarsely.
+    sample_interval_ms: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate", normalize_rate(self.rate))
@@ -173,6 +177,8 @@ class LabParams:
         object.__setattr__(self, "sites", tuple(_check_site(h, c, names) for h, c in self.sites))
         if len({h for h, _ in self.sites}) != len(self.sites):
             raise LabError("duplicate lab site name")
+        if not self.sample_interval_ms > 0:
+            raise LabError("sample_interval_ms must be > 0")
         if self.delay_ms < 0 or self.jitter_ms < 0:
             raise LabError("delay and jitter must be >= 0")
         if not 0.0 <= self.loss < 1.0:
@@ -392,6 +398,7 @@ class Lab:
             cross_addr=xaddr,
             cross_udp_port=CROSS_UDP_PORT if xaddr else 0,
             cross_tcp_ports=dict(CROSS_TCP_PORTS) if xaddr else None,
+            sample_interval_ms=params.sample_interval_ms,
         )
         cfg.save(self.config_file)
         for stale in (self.cross_stats, self.link_stats):

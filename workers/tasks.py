@@ -310,6 +310,8 @@ def _measure_and_classify(
                 max_bytes=cfg.max_bytes,
                 transport=m.transport,
                 **({"access": cfg.access} if cfg.access else {}),
+                # The lab's per-profile ground truth is not stored with a measurement: skip it.
+                **({"groundtruth": False} if cfg.lab else {}),
                 **({"concurrent": True} if cfg.concurrent_profiles else {}),
                 **({"stopping": StoppingRule()} if cfg.adaptive else {}),
             )

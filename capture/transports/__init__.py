@@ -58,6 +58,10 @@ class Transport:
     groundtruth: Callable[..., dict[str, Any] | None] | None = None
     # None when usable here, else why not (a client binary that is not built).
     unavailable: Callable[[], str | None] = field(default=lambda: None)
+    # Adaptive stopping's reader of a capture still being written: (pcap, object_url=,
+    # profile=) -> a callable giving the download's sender-aligned trace so far (CaptureError
+    # when there is none yet). None: each check parses a snapshot of the whole file (`flows`).
+    live: Callable[..., Callable[[], Trace]] | None = None
 
 
 def client_result(stdout: str) -> dict[str, Any]:

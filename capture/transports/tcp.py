@@ -4,6 +4,7 @@ ground truth from the lab server's TCP_INFO samples."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,14 @@ def flows(pcap: Path, *, fetch: dict[str, Any], object_url: str, profile: Profil
     return Flows(capture=flow, sender=sender, partial=cap.partial)
 
 
+def live(pcap: Path, *, object_url: str, profile: Profile) -> Callable[[], Trace]:
+    """The growing capture's sender-aligned trace, parsing only what is new at each call."""
+    from ccscope.capture.tcp_bif import LiveCapture, live_sender_trace
+
+    cap = LiveCapture(pcap)
+    return lambda: live_sender_trace(cap, object_url=object_url, profile=profile)
+
+
 def groundtruth(flow: Trace, sender: Trace, profile: Profile, run_id: str, **_: Any) -> dict[str, Any] | None:
     from ccscope.lab.groundtruth import compare_bif, compare_pipe, find_groundtruth
 
@@ -72,4 +81,5 @@ TRANSPORT = Transport(
     client_command=client_command,
     flows=flows,
     groundtruth=groundtruth,
+    live=live,
 )

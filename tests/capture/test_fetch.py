@@ -2,6 +2,7 @@
 
 import http.server
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -135,6 +136,8 @@ def test_cli_prints_one_json_line_and_exit_codes(server):
         timeout=30,
     )
     assert ok.returncode == 0 and json.loads(ok.stdout)["bytes"] == 10
+    # its own CPU (start-up included), which bench/scale's CPU breakdown adds up
+    assert 0 < json.loads(ok.stdout)["cpu_s"] < 30
     refused = subprocess.run(
         [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10"],
         capture_output=True,
@@ -161,3 +164,25 @@ def test_sigterm_mid_body_ends_as_a_stopped_download(server):
     assert p.returncode == 0, out
     assert r["stopped"] and r["truncated"] and r["status"] == 200 and r["error"] is None
     assert 10_000 < r["bytes"] < 10_000_000
+
+
+def test_client_start_up_does_not_load_the_settings() -> None:
+    # The settings (pydantic) cost the client more CPU than a whole download: the client decides
+    # lab mode from --lab, or from CCSCOPE_LAB only when that is set.
+    code = "import sys, ccscope.capture.fetch; print(sorted(m for m in sys.modules if 'pydantic' in m))"
+    env = {k: v for k, v in os.environ.items() if k.upper() != "CCSCOPE_LAB"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out
+
+
+def test_lab_mode_from_the_environment_still_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ccscope.targets import lab_mode_enabled
+
+    monkeypatch.delenv("CCSCOPE_LAB", raising=False)
+    assert not lab_mode_enabled() and lab_mode_enabled(True)
+    monkeypatch.setenv("CCSCOPE_LAB", "")  # empty is unset (the settings ignore empty values)
+    assert not lab_mode_enabled()
+    monkeypatch.setenv("CCSCOPE_LAB", "1")
+    assert lab_mode_enabled()
+    monkeypatch.setenv("CCSCOPE_LAB", "0")
+    assert not lab_mode_enabled()

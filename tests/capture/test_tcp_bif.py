@@ -10,7 +10,9 @@ import pytest
 from ccscope.capture.packets import ipv4_tcp, ipv6_tcp, tcp_header
 from ccscope.capture.pcap import LINKTYPE_EN10MB, PcapReader
 from ccscope.capture.tcp_bif import (
+    LiveCapture,
     flows_from_pcap,
+    live_sender_trace,
     traces_from_packets,
     traces_from_records,
     unwrap32,
@@ -317,3 +319,40 @@ def test_traces_from_records() -> None:
                          f.server_isn + p.ack, p.flags, p.plen))  # fmt: skip
     tr = traces_from_records(recs).main
     assert tr.bif.tolist() == PLAIN_BIF and tr.internet_rtt_ms == pytest.approx(50.0)
+
+
+def test_live_capture_reads_a_growing_pcap_like_a_whole_parse(tmp_path: Path) -> None:
+    # Adaptive stopping reads the capture while ccscope-link writes it: each read parses only
+    # the new records (a record cut at the end waits for the next read) and must give exactly
+    # the trace a parse of the whole file so far gives.
+    whole = write_pcap(tmp_path / "whole.pcap", bulk_flow(n_data=3000, loss=0.02).packets()).read_bytes()
+    grow = tmp_path / "grow.pcap"
+    grow.write_bytes(b"")
+    live = LiveCapture(grow)
+    prof = get_profile("A")
+    with pytest.raises(CaptureError, match="no pcap header yet"):
+        live_sender_trace(live, profile=prof)
+    compared = 0
+    for cut in [*range(20, len(whole), 4_999), len(whole)]:  # mostly inside a record
+        grow.write_bytes(whole[:cut])
+        try:
+            want = flows_from_pcap(grow, align="sender", profile=prof).main
+        except CaptureError:
+            with pytest.raises(CaptureError):
+                live_sender_trace(live, profile=prof)
+            continue
+        got = live_sender_trace(live, profile=prof)
+        assert got.t.tolist() == want.t.tolist() and got.bif.tolist() == want.bif.tolist()
+        assert got.to_dict()["meta"] == want.to_dict()["meta"]
+        assert got.columns.keys() == want.columns.keys()
+        assert all(np.array_equal(got.columns[k], want.columns[k]) for k in want.columns)
+        compared += 1
+    assert compared > 20
+    assert live._done == len(whole)  # every record parsed once, none left over
+
+
+def test_live_capture_refuses_what_is_not_a_classic_pcap(tmp_path: Path) -> None:
+    p = tmp_path / "x.pcap"
+    p.write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(40))  # a pcapng section header: not what the link writes
+    with pytest.raises(CaptureError):
+        live_sender_trace(LiveCapture(p))
