@@ -114,14 +114,12 @@ class Uncertain:
         if p >= tau:
             return RuleResult(1.0, None, details)
         c = clf.classes_[best]
-        gate = "no probability" if tau > 1.0 else f"{tau:.0%}"
-        return RuleResult(
-            0.0,
-            f"not sure enough: {c} at {p:.0%}, and on network draws the trees never saw, named "
-            f"verdicts on paths like this one ({st}) were right {1 - clf.max_wrong:.0%} of the "
-            f"time only from {gate} up",
-            details,
-        )
+        where = f"on network draws the trees never saw, named verdicts on paths like this one ({st})"
+        if tau > 1.0:
+            why = f"{where} were not right {1 - clf.max_wrong:.0%} of the time at any probability"
+        else:
+            why = f"{where} were right {1 - clf.max_wrong:.0%} of the time only from {tau:.0%} up"
+        return RuleResult(0.0, f"not sure enough: {c} at {p:.0%}, and {why}", details)
 
     @staticmethod
     def family(clf: CCAClassifier, state: dict[str, Any], proba: np.ndarray) -> str | None:
