@@ -27,6 +27,7 @@ from ccscope.workers.census import (
     VantageSpec,
     import_list_file,
     lab_truth,
+    model_has_quic_classes,
     run_census,
     write_list,
 )
@@ -153,7 +154,10 @@ def run_demo(
         if qrep is not None:
             print()
             print(qrep.format())
-            print("QUIC truth = the TCP family the stack's CCA implements (no QUIC classes are trained)")
+            if model_has_quic_classes():
+                print("QUIC truth = the stack's own CCA class (the model has QUIC classes)")
+            else:
+                print("QUIC truth = the TCP family the stack's CCA implements (no QUIC classes are trained)")
     ok = bool(rep.results) and all(r.state == "classified" for r in rep.results)
     if not ok:
         print("\nsome measurements failed; see the reasons above", file=sys.stderr)

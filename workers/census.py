@@ -253,15 +253,19 @@ def _site_result(
     return r
 
 
-def lab_truth(state_dir: str | Path | None = None) -> Callable[..., str | None]:
+def lab_truth(
+    state_dir: str | Path | None = None, *, quic_classes: bool | None = None
+) -> Callable[..., str | None]:
     """(domain, transport) -> the CCA its lab server runs over that transport (by the address
     the lab's hosts file gives it), under the classifier's label for it. Over QUIC that is the
-    TCP family the stack's CCA implements (quiche:cubic -> cubic): the class today's
-    classifier can name."""
+    stack's own class (quiche:cubic) where the model has QUIC classes (`quic_classes`, default:
+    whether the shipped model has), else the TCP family the stack's CCA implements (cubic)."""
     from ccscope.classifier.dataset import label_of
     from ccscope.classifier.quic_dataset import family
     from ccscope.lab.lab import Lab, lab_resolve
 
+    if quic_classes is None:
+        quic_classes = model_has_quic_classes()
     lab = Lab(state_dir)
     by_addr = {s.addr: s.cca for s in lab.servers()}
     quic_by_addr = {q["addr"]: q["label"] for q in (lab.state() or {}).get("quic_servers") or []}
@@ -269,12 +273,22 @@ def lab_truth(state_dir: str | Path | None = None) -> Callable[..., str | None]:
     def truth(domain: str, transport: str = "tcp") -> str | None:
         for a in lab_resolve(domain, state_dir):
             if transport == "quic" and a in quic_by_addr:
-                return family(quic_by_addr[a])
+                return quic_by_addr[a] if quic_classes else family(quic_by_addr[a])
             if transport == "tcp" and a in by_addr:
                 return label_of(by_addr[a])
         return None
 
     return truth
+
+
+def model_has_quic_classes() -> bool:
+    """Whether the shipped model names QUIC stacks' CCAs (else it reads QUIC with TCP classes)."""
+    from ccscope.classifier.model import Model, ModelError
+
+    try:
+        return "quic" in Model.load().estimators
+    except (ModelError, OSError, ValueError):
+        return False
 
 
 # ---- the report -------------------------------------------------------------------------------

@@ -180,3 +180,16 @@ def test_lab_names_inside_a_shell_follow_the_shells_hosts(
     monkeypatch.setenv("CCSCOPE_SHELL_DEPTH", "1")
     with pytest.raises(TargetRefused):  # not in this machine's DNS or /etc/hosts
         resolve_target("https://shop.lab.test/x", lab=True)
+
+
+def test_quic_truth_is_the_stacks_class_when_the_model_has_quic_classes(tmp_path: Path) -> None:
+    from ccscope.workers.census import lab_truth
+
+    (tmp_path / "hosts").write_text("198.18.5.40\tcubic.quiche.lab.test\n")
+    state = {"servers": [], "quic_servers": [{"addr": "198.18.5.40", "label": "quiche:cubic"}]}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    assert lab_truth(tmp_path, quic_classes=True)("cubic.quiche.lab.test", "quic") == "quiche:cubic"
+    assert lab_truth(tmp_path, quic_classes=False)("cubic.quiche.lab.test", "quic") == "cubic"
+    assert lab_truth(tmp_path, quic_classes=True)("cubic.quiche.lab.test", "tcp") is None
+    # the shipped model has QUIC classes: a census scores a stack's verdict against its class
+    assert lab_truth(tmp_path)("cubic.quiche.lab.test", "quic") == "quiche:cubic"
