@@ -96,16 +96,44 @@ def main() -> int:
             **sp,
             "input": f"{len(cut)} reference traces cut at 20 s, trace -> verdict, one core",
         }
-        pcaps = sorted(args.root.glob("*/*/run*/*.pcap"))[:40]
-        if pcaps:
-            from ccscope.classifier.cli import load_traces
+        from ccscope.classifier.cli import load_traces
+        from ccscope.errors import CCScopeError
 
+        # captures of finished measurements only (the index's "ok"); one that still will not
+        # parse is skipped, and counted
+        ok = set()
+        with contextlib.suppress(OSError):
+            for line in (args.root / "index.jsonl").read_text().splitlines():
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    rec = json.loads(line)
+                    if rec.get("status") == "ok":
+                        ok.add(rec["key"])
+                    else:
+                        ok.discard(rec["key"])
+        pcaps, unreadable = [], 0
+        for p in sorted(args.root.glob("*/*/run*/*.pcap")):
+            if "/".join(p.parent.parts[-3:]) not in ok:
+                continue
+            try:
+                load_traces(str(p))
+            except CCScopeError:
+                unreadable += 1
+                continue
+            pcaps.append(p)
+            if len(pcaps) == 40:
+                break
+        if pcaps:
             sp = _speed(pcaps, args.speed_seconds, lambda p: load_traces(str(p))[:1])
             out["traces_per_s_pcap"] = sp["traces_per_s"]
             out["speed_pcap"] = {
                 **sp,
                 "input": f"{len(pcaps)} reference captures, pcap -> verdict",
+                "unreadable_captures_skipped": unreadable,
             }
+        else:
+            out["speed_pcap_note"] = (
+                f"no capture of a finished measurement under {args.root} (`ccscope collect --keep-pcap`)"
+            )
     else:
         out["speed_note"] = f"no reference traces under {args.root}: `ccscope collect --plan reference`"
     args.out.parent.mkdir(parents=True, exist_ok=True)
