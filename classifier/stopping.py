@@ -29,10 +29,11 @@ from ccscope.verdict import Verdict
 # Chosen on principle from bench/scale --part stopping's `grid` (replayed held-out draws):
 MIN_P_WHY = (
     "min_p is the least threshold whose replayed recall stays within one point of the "
-    "full-length recall (the issue's budget) at min_s 14 and stable 3: on 143 unseen draws 0.5 "
-    "keeps it (0.064 both) and settles 28 % of them against 11.9 % at 0.7, which buys nothing "
-    "within that budget; 0.3 costs 1.25 points (0.0515). Its price: 6 of 143 stopped verdicts "
-    "differ from the full-length ones (2 at 0.7), and the recall is the same"
+    "full-length recall (the issue's budget) at min_s 14 and stable 3. With model 3.1.0 on "
+    "143 unseen draws: 0.7 keeps it (0.163 vs 0.151 at full length; settles 22 %), 0.5 costs "
+    "1.06 points (0.140; settles 40 %), 0.3 costs 3.5. (With 3.0.0, whose verdicts were "
+    "mostly Unknown, 0.5 had kept it.) Its price: 2 of 143 stopped verdicts differ from the "
+    "full-length ones"
 )
 
 
@@ -42,7 +43,7 @@ class StoppingRule:
     min_s: float = 14.0
     stable: int = 3
     # MIN_P_WHY says how this threshold was chosen.
-    min_p: float = 0.5
+    min_p: float = 0.7
 
     def useful(self, held_s: float) -> bool:
         """Whether a check of traces holding `held_s` seconds can matter: it can only be among
