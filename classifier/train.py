@@ -41,6 +41,15 @@ from ccscope.classifier.summary import FEATURE_NAMES, QUIC_FEATURES, TraceSummar
 from ccscope.trace import Trace
 
 DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
+DEFAULT_QUIC_ROOT = Path("/var/tmp/ccscope-draws-quic")
+
+
+def default_roots() -> list[Path]:
+    """The reference collections the shipped model is trained on (TCP, and QUIC where measured):
+    what the benches evaluate, so their figures are the ones the shipped summaries reproduce."""
+    return [DEFAULT_ROOT] + ([DEFAULT_QUIC_ROOT] if DEFAULT_QUIC_ROOT.is_dir() else [])
+
+
 FEATURES_FORMAT = "ccscope-reference-features/2"
 DEFAULT_FEATURES = MODELS_DIR / f"reference-{CLASSIFIER_VERSION}.json.gz"
 EVAL_SETS = ("unseen", "variants", "other_profiles", "heldout_runs", "quic_unseen", "quic_heldout_runs")

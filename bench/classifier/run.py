@@ -53,13 +53,16 @@ def _set_figures(e: dict[str, object]) -> dict[str, object]:
 
 
 def main() -> int:
-    from ccscope.classifier.train import DEFAULT_ROOT
+    from ccscope.classifier.train import default_roots
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "classifier.json")
-    ap.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    ap.add_argument(
+        "--root", type=Path, action="append", help="a reference collection (repeatable; default: both)"
+    )
     ap.add_argument("--speed-seconds", type=float, default=20.0)
     args = ap.parse_args()
+    roots = args.root or default_roots()
 
     from ccscope.classifier.model import Model
     from ccscope.classifier.train import evaluate, headline, reference_data, write_eval
@@ -67,11 +70,11 @@ def main() -> int:
 
     model = Model.load()
     out: dict[str, object] = {"model": model.version, "classes": model.classes}
-    samples, summ, source = reference_data(args.root, shipped_fallback=True)
+    samples, summ, source = reference_data(roots, shipped_fallback=True)
     if source is not None:
         out["accuracy_input"] = f"the shipped summaries of the reference traces ({source.name})"
     if not samples:
-        out["note"] = f"no reference measurements under {args.root} and no shipped summaries"
+        out["note"] = f"no reference measurements under {roots[0]} and no shipped summaries"
     else:
         res = evaluate(model, samples, summ)
         write_eval(res, REPO / "bench" / "classifier" / "eval")
@@ -85,6 +88,7 @@ def main() -> int:
         out["gates"] = {t: est.rules_.get("uncertain") for t, est in model.estimators.items()}
         out["params"] = {t: est.get_params() | {"families": None} for t, est in model.estimators.items()}
 
+    args.root = roots[0]  # speed: the TCP reference traces
     traces = sorted(args.root.glob("*/*/run*/[AB]*.sender.trace.json*"))[:40]
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core

@@ -74,8 +74,8 @@ def main() -> int:
     from ccscope.classifier.conditions import GROUPS
     from ccscope.classifier.model import Model
     from ccscope.classifier.train import (
-        DEFAULT_ROOT,
         HEAD_MARK,
+        default_roots,
         evaluate,
         fit_model,
         predict_rows,
@@ -88,7 +88,9 @@ def main() -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "robustness.json")
-    ap.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    ap.add_argument(
+        "--root", type=Path, action="append", help="a reference collection (repeatable; default: both)"
+    )
     ap.add_argument("--features", type=Path, help="a reference-features file instead of --root")
     ap.add_argument(
         "--trees", type=int, default=None, help="trees for the factor-out models (default: the model's)"
@@ -97,13 +99,15 @@ def main() -> int:
     args = ap.parse_args()
 
     model = Model.load()
-    samples, summ, source = reference_data(args.root, features=args.features, shipped_fallback=True)
+    roots = args.root or default_roots()
+    samples, summ, source = reference_data(roots, features=args.features, shipped_fallback=True)
     if not samples:
-        print(f"no reference set under {args.root} and no shipped summaries", file=sys.stderr)
+        print(f"no reference set under {roots[0]} and no shipped summaries", file=sys.stderr)
         return 1
+    where = "traces under " + ", ".join(str(r) for r in roots)
     out: dict[str, Any] = {
         "model": model.version,
-        "input": f"shipped summaries ({source.name})" if source else f"traces under {args.root}",
+        "input": f"shipped summaries ({source.name})" if source else where,
         "sets": {
             k: sum(1 for s in samples if s.set == k and HEAD_MARK not in s.key)
             for k in sorted({s.set for s in samples})

@@ -53,7 +53,9 @@ def test_uncertain_gate_makes_unknown_and_says_why(traces: dict[tuple[str, str],
     same traces are Unknown, naming the best class, its probability and the error budget."""
     pair = [traces[("cubic", "A")], traces[("cubic", "B")]]
     m = Model.load()
-    m.estimator.rules_["uncertain"] = {**m.estimator.rules_["uncertain"], "tau": 1.01, "tau_family": 1.01}
+    # every stratum's gate shut too: a stratum with its own calibration overrides the global one
+    shut = {"tau": 1.01, "tau_family": 1.01, "strata": {}}
+    m.estimator.rules_["uncertain"] = {**m.estimator.rules_["uncertain"], **shut}
     u = classify(pair, m)
     assert u.kind == "unknown" and u.nearest is None and u.display == "unknown"
     assert "not sure enough" in u.explanation and "97%" in u.explanation
