@@ -48,6 +48,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from tests.workers.kit import proc_stats  # noqa: E402  (the benches share the tests' process kit)
+
 INSTANCE = 70  # lab instances 70-79 belong to this bench and the chaos bench
 STATE_DIR = "/run/ccscope/lab-bench-scale"
 PROFILE_CCAS = ("reno", "cubic", "bbr", "htcp")
@@ -401,15 +405,8 @@ def _pg_cpu_s(pg: Any) -> float:
         return 0.0
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        f = stat[stat.rindex(")") + 2 :].split()
-        if int(d.name) == pid:
+    for p, _name, f in proc_stats():
+        if p == pid:
             total += sum(int(x) for x in f[11:15]) / tick
         elif int(f[1]) == pid:
             total += (int(f[11]) + int(f[12])) / tick
@@ -421,18 +418,7 @@ def _lab_cpu_s() -> float:
     st = json.loads((Path(STATE_DIR) / "state.json").read_text())
     pgid = int(st.get("pgid") or st.get("pid"))
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        f = stat[stat.rindex(")") + 2 :].split()
-        if int(f[2]) == pgid:
-            total += (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / tick
-    return total
+    return sum(sum(int(x) for x in f[11:15]) for _, _, f in proc_stats() if int(f[2]) == pgid) / tick
 
 
 def _census_run(

@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 
@@ -159,18 +159,20 @@ class GroupProcess:
                 self.kill()
 
 
-def group_pids(pgid: int, comm: str) -> list[int]:
-    """Pids of process group `pgid` whose command name starts with `comm`."""
-    out = []
+def proc_stats() -> Iterator[tuple[int, str, list[str]]]:
+    """(pid, command name, the /proc/PID/stat fields after the name) of every live process;
+    fields[1] is the parent pid, fields[2] the process group, fields[11:15] the CPU ticks (utime,
+    stime, and those of reaped children)."""
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             stat = (d / "stat").read_text()
         except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and name.startswith(comm[:15]):
-            out.append(int(d.name))
-    return out
+            continue  # gone meanwhile
+        yield int(d.name), stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+
+
+def group_pids(pgid: int, comm: str) -> list[int]:
+    """Pids of process group `pgid` whose command name starts with `comm`."""
+    return [pid for pid, name, f in proc_stats() if int(f[2]) == pgid and name.startswith(comm[:15])]
