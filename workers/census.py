@@ -10,6 +10,7 @@ pipeline, the crawler, the classifier), so a census seen here is what the API th
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
@@ -264,8 +265,6 @@ def lab_truth(
     from ccscope.classifier.quic_dataset import family
     from ccscope.lab.lab import Lab, lab_resolve
 
-    if quic_classes is None:
-        quic_classes = model_has_quic_classes()
     lab = Lab(state_dir)
     by_addr = {s.addr: s.cca for s in lab.servers()}
     quic_by_addr = {q["addr"]: q["label"] for q in (lab.state() or {}).get("quic_servers") or []}
@@ -273,7 +272,8 @@ def lab_truth(
     def truth(domain: str, transport: str = "tcp") -> str | None:
         for a in lab_resolve(domain, state_dir):
             if transport == "quic" and a in quic_by_addr:
-                return quic_by_addr[a] if quic_classes else family(quic_by_addr[a])
+                stack_class = model_has_quic_classes() if quic_classes is None else quic_classes
+                return quic_by_addr[a] if stack_class else family(quic_by_addr[a])
             if transport == "tcp" and a in by_addr:
                 return label_of(by_addr[a])
         return None
@@ -281,6 +281,7 @@ def lab_truth(
     return truth
 
 
+@functools.lru_cache(maxsize=1)  # the model file is ~12 MB: read it once per process
 def model_has_quic_classes() -> bool:
     """Whether the shipped model names QUIC stacks' CCAs (else it reads QUIC with TCP classes)."""
     from ccscope.classifier.model import Model, ModelError
