@@ -75,6 +75,13 @@ def register(subparsers: Any) -> None:
         help="refit on a reference-features file instead of traces (e.g. the shipped "
         "classifier/models/reference-<version>.json.gz, which rewrites the shipped model)",
     )
+    p.add_argument(
+        "--extend",
+        type=Path,
+        metavar="FILE",
+        help="fit on this reference-features file's measurements and those under --root together "
+        "(a collection grown after its traces were gone; measure with `ccscope collect --skip-in FILE`)",
+    )
     p.add_argument("--json", action="store_true", help="print the headline figures as JSON")
     p.set_defaults(func=cmd_train)
 
@@ -209,12 +216,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ccscope.classifier.train import ReferenceFeaturesError, headline, train_and_eval
     from ccscope.progress import ticking
 
+    if args.extend and (args.from_features or not args.root):
+        raise CCScopeError("--extend takes the new measurements from --root and not --from-features")
     try:
         # An elapsed-time bar while features are extracted and the model is fitted (minutes).
         with ticking("training"):
             model, res, path = train_and_eval(
-                roots(args), args.out, args.eval_out, workers=args.workers, features=args.from_features
-            )
+                roots(args), args.out, args.eval_out, workers=args.workers,
+                features=args.extend or args.from_features, extend=args.extend is not None,
+            )  # fmt: skip
     except ReferenceFeaturesError as e:
         raise CCScopeError(str(e)) from e
     head = headline(res)

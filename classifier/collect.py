@@ -812,6 +812,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"lab state dirs are PREFIX<instance> (default {DEFAULT_STATE_PREFIX}N)")  # fmt: skip
     p.add_argument("--pcap", action="store_true", help="keep each download's pcap (off: saves disk)")
     p.add_argument("--no-retry-failed", action="store_true", help="leave failed jobs as they are")
+    p.add_argument(
+        "--skip-in", type=Path, metavar="FEATURES",
+        help="skip jobs already measured in this reference-features file (e.g. the shipped "
+        "classifier/models/reference-<version>.json.gz): grow a collection whose traces are gone, "
+        "then `ccscope train --extend FEATURES --root ROOT`",
+    )  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate only")
     p.add_argument("--json", action="store_true", help="the summary as JSON")
 
@@ -848,6 +854,18 @@ def run_cli(args: argparse.Namespace) -> int:
             return 2
         jobs = plan_jobs(ds, [c for c in ccas if not is_quic_label(c)], args.runs)
         jobs += plan_quic_jobs(ds, quic, args.runs)
+    if args.skip_in is not None:
+        from ccscope.classifier.train import ReferenceFeaturesError, load_reference_features
+
+        try:
+            measured = {s.key for s in load_reference_features(args.skip_in)[0]}
+        except ReferenceFeaturesError as e:
+            print(f"collect: {e}", file=sys.stderr)
+            return 2
+        before = len(jobs)
+        jobs = [j for j in jobs if j.key not in measured]
+        print(f"collect: {before - len(jobs)} of {before} jobs already measured in {args.skip_in}",
+              file=sys.stderr)  # fmt: skip
     k = args.concurrency
     if args.dry_run:
         doc = {

@@ -699,12 +699,28 @@ def reference_data(
     *,
     features: Path | None = None,
     shipped_fallback: bool = False,
+    extend: bool = False,
     workers: int = 1,
 ) -> tuple[list[Sample], dict[str, TraceSummary], Path | None]:
     """The reference measurements and their summaries, and the features file they came from
     (None: the traces under `root`, one collection or several, e.g. the TCP and the QUIC
     one): `features` when given, else the traces, else (with `shipped_fallback`) the shipped
-    DEFAULT_FEATURES. Each root caches its own traces' summaries."""
+    DEFAULT_FEATURES. Each root caches its own traces' summaries. With `extend`, the
+    features file's measurements and the roots' together (a collection grown after its
+    traces were gone: the summaries are all training needs); source None, since the union
+    is in no file yet."""
+    if extend:
+        if features is None:
+            raise ReferenceFeaturesError("extending needs a reference-features file to extend")
+        base, base_summ = load_reference_features(features)
+        more, more_summ, _ = reference_data(root, workers=workers)
+        clash = sorted({s.key for s in base} & {s.key for s in more})
+        if clash:
+            raise ReferenceFeaturesError(
+                f"{len(clash)} measurements are both in {features} and under the roots, e.g. "
+                f"{clash[0]} (collect with --skip-in {features})"
+            )
+        return sorted([*base, *more], key=lambda s: s.key), base_summ | more_summ, None
     if features is None:
         samples: list[Sample] = []
         summ: dict[str, TraceSummary] = {}
@@ -747,11 +763,12 @@ def train_and_eval(
     *,
     workers: int = 1,
     features: Path | None = None,
+    extend: bool = False,
 ) -> tuple[Model, dict[str, Any], Path | None]:
     """Fit on the reference set (traces under `root`, one or several collections, or a
     features file) and evaluate; write the model, the reference summaries beside it, and the
     evaluation."""
-    samples, summ, source = reference_data(root, features=features, workers=workers)
+    samples, summ, source = reference_data(root, features=features, extend=extend, workers=workers)
     train = [s for s in samples if s.set in ("train", "quic_train")]
     if not train:
         raise ReferenceFeaturesError(

@@ -104,3 +104,31 @@ def test_the_stack_family_comes_from_the_captures_fingerprint() -> None:
     # the two captures disagree: no family named, both prints kept
     qc = replace(b, extra={"quic": {"stack_print": {**fp, "scid_len": 8, "guess": "aioquic"}}})
     assert quic_stack([qa, qc])["family"] is None
+
+
+def test_a_features_file_extended_by_a_new_root(tmp_path: Path) -> None:
+    """A collection grown after its traces were gone: the shipped summaries and the new
+    measurements fit one model, and the union is written as the new reference features."""
+    first, out1 = tmp_path / "first", tmp_path / "out1"
+    _root(first, TCP, "tcp", draws=2)
+    r = cli("train", "--root", str(first), "--out", str(out1), "--eval-out", str(tmp_path / "e1"))
+    assert r.returncode == 0, r.stderr
+    base = next(out1.glob("reference-*.json.gz"))
+
+    more, out2 = tmp_path / "more", tmp_path / "out2"
+    _root(more, QUIC, "quic", draws=2)
+    r = cli("train", "--extend", str(base), "--root", str(more), "--out", str(out2), "--eval-out",
+            str(tmp_path / "e2"), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    samples, summ = load_reference_features(next(out2.glob("reference-*.json.gz")))
+    old, _ = load_reference_features(base)
+    assert {s.key for s in old} < {s.key for s in samples}
+    assert {s.transport for s in samples} == {"tcp", "quic"}
+    assert all(not Path(p).is_absolute() for p in summ)
+    assert sorted(Model.load(next(out2.glob("ccscope-*.json"))).estimators) == ["quic", "tcp"]
+
+    # the same measurements in the file and under the root: refused, with the way out
+    with pytest.raises(ReferenceFeaturesError, match="--skip-in"):
+        reference_data(first, features=base, extend=True)
+    r = cli("train", "--extend", str(base), "--out", str(out2))
+    assert r.returncode != 0 and "--root" in r.stderr
