@@ -160,7 +160,7 @@ class LabParams:
     quic: tuple[str, ...] = ()
     # Milliseconds between the servers' TCP_INFO samples of every connection (the ground truth).
     # One real-time thread samples them all, so its CPU grows with the connections open: a lab
-    # for a census, which keeps no ground truth, can sample more coarsely.
+    # for a census, which keeps no ground truth, can sample more coarsely, or not at all (0).
     sample_interval_ms: float = 1.0
 
     def __post_init__(self) -> None:
@@ -177,8 +177,8 @@ class LabParams:
         object.__setattr__(self, "sites", tuple(_check_site(h, c, names) for h, c in self.sites))
         if len({h for h, _ in self.sites}) != len(self.sites):
             raise LabError("duplicate lab site name")
-        if not self.sample_interval_ms > 0:
-            raise LabError("sample_interval_ms must be > 0")
+        if not self.sample_interval_ms >= 0:
+            raise LabError("sample_interval_ms must be >= 0 (0: no ground truth samples)")
         if self.delay_ms < 0 or self.jitter_ms < 0:
             raise LabError("delay and jitter must be >= 0")
         if not 0.0 <= self.loss < 1.0:

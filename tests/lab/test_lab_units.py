@@ -106,3 +106,32 @@ def test_lab_instances_have_their_own_prefix_and_same_hosts() -> None:
     assert found is not None and found.name == "cubic"
     assert cca_for_address("198.19.0.12") is None
     assert all(c.addr_in(255) in {str(a) for a in LAB_NET} for c in REGISTRY)
+
+
+def test_no_ground_truth_sampling_for_a_census_lab() -> None:
+    """sample_interval_ms 0: servers standing in for the Internet's keep no periodic samples
+    (no sampler thread at all); a negative period is refused."""
+    import socket
+
+    from ccscope.lab.server import Recorder, SamplerHub
+
+    assert LabParams(sample_interval_ms=0).sample_interval_ms == 0
+    with pytest.raises(LabError, match=">= 0"):
+        LabParams(sample_interval_ms=-1)
+    hub = SamplerHub(0)
+    a, b = socket.socketpair()
+    try:
+        rec = Recorder(a)
+        hub.start()
+        hub.add(rec)
+        assert not hub._thread.is_alive() and not hub._recs
+        hub.stop()
+    finally:
+        a.close()
+        b.close()
+    on = SamplerHub(1.0)
+    on.start()
+    try:
+        assert on._thread.is_alive()
+    finally:
+        on.stop()
