@@ -9,10 +9,32 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, Integer, bindparam, func, select
+from sqlalchemy import Engine, Integer, Select, bindparam, func, select
 
 from ccscope.store.common import NotFound, aware, normalize_domain
 from ccscope.store.models import CensusCount, Measurement, Site, VantagePoint, VerdictRow
+
+
+def _filtered(
+    q: Select[Any],
+    day: Any,
+    transport_col: Any,
+    date_from: dt.date | None,
+    date_to: dt.date | None,
+    vantage: str | None,
+    transport: str | None,
+) -> Select[Any]:
+    """The census filters every reading query shares: a date range on `day`, a vantage point
+    by name (the query joins VantagePoint) and a transport on `transport_col`."""
+    if date_from:
+        q = q.where(day >= date_from)
+    if date_to:
+        q = q.where(day <= date_to)
+    if vantage:
+        q = q.where(VantagePoint.name == vantage)
+    if transport:
+        q = q.where(transport_col == transport)
+    return q
 
 
 @dataclass(frozen=True)
@@ -164,14 +186,9 @@ class Queries:
             CensusCount.label,
             func.sum(CensusCount.n),
         ).join(VantagePoint, VantagePoint.id == CensusCount.vantage_id)
-        if date_from:
-            q = q.where(CensusCount.measured_on >= date_from)
-        if date_to:
-            q = q.where(CensusCount.measured_on <= date_to)
-        if vantage:
-            q = q.where(VantagePoint.name == vantage)
-        if transport:
-            q = q.where(CensusCount.transport == transport)
+        q = _filtered(
+            q, CensusCount.measured_on, CensusCount.transport, date_from, date_to, vantage, transport
+        )
         if campaign_id is not None:
             q = q.where(CensusCount.campaign_id == campaign_id)
         q = q.group_by(CensusCount.measured_on, VantagePoint.name, CensusCount.transport, CensusCount.label)
@@ -199,14 +216,7 @@ class Queries:
             .join(VantagePoint, VantagePoint.id == VerdictRow.vantage_id)
             .where(VerdictRow.kind == "unknown")
         )
-        if date_from:
-            q = q.where(VerdictRow.measured_on >= date_from)
-        if date_to:
-            q = q.where(VerdictRow.measured_on <= date_to)
-        if vantage:
-            q = q.where(VantagePoint.name == vantage)
-        if transport:
-            q = q.where(VerdictRow.transport == transport)
+        q = _filtered(q, VerdictRow.measured_on, VerdictRow.transport, date_from, date_to, vantage, transport)
         q = q.group_by(VerdictRow.measured_on, VantagePoint.name, VerdictRow.transport, fam)
         with self._reader.connect() as c:
             rows = [(d, v, t, str(f), int(n)) for d, v, t, f, n in c.execute(q)]
@@ -251,14 +261,7 @@ class Queries:
         )
         if campaign_id is not None:
             q = q.where(Measurement.campaign_id == campaign_id)
-        if date_from:
-            q = q.where(VerdictRow.measured_on >= date_from)
-        if date_to:
-            q = q.where(VerdictRow.measured_on <= date_to)
-        if vantage:
-            q = q.where(VantagePoint.name == vantage)
-        if transport:
-            q = q.where(VerdictRow.transport == transport)
+        q = _filtered(q, VerdictRow.measured_on, VerdictRow.transport, date_from, date_to, vantage, transport)
         with self._reader.connect() as c:
             res = c.execution_options(yield_per=batch).execute(q)
             for r in res:
