@@ -35,6 +35,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,11 +219,19 @@ def quic_model(samples: list[Any], summ: dict[str, Any], model_path: Path | None
     return Model(f"ccscope-{CLASSIFIER_VERSION}+{tag}-quic", {"quic": est}, {"fitted": counts})
 
 
-def _stack_print(paths: tuple[str, ...]) -> str | None:
-    """The stack the measurement's captures' fingerprints agree on (None: none or no print)."""
+def _stack_print(paths: tuple[str, ...], trace_roots: Sequence[Path] = ()) -> str | None:
+    """The stack the measurement's captures' fingerprints agree on (None: none or no print, or
+    traces no longer on disk: the shipped summaries keep the shape, not the print). A path
+    relative to its collection is looked up under `trace_roots`."""
     from ccscope.classifier.core import quic_stack
 
-    st = quic_stack([Trace.load(p) for p in paths])
+    traces = []
+    for p in paths:
+        file = next((f for f in (Path(p), *(r / p for r in trace_roots)) if f.is_file()), None)
+        if file is None:
+            return None
+        traces.append(Trace.load(file))
+    st = quic_stack(traces)
     return None if st is None else st["family"] or "?"
 
 
@@ -307,10 +316,12 @@ def cv_recall(samples: list[Any], summ: dict[str, Any], folds: int = 5) -> dict[
             "mean_top1": round(statistics.mean(t), 3) if t else None}  # fmt: skip
 
 
-def quic_recall(root: Path, model_path: Path | None) -> dict[str, Any]:
+def quic_recall(root: Path, model_path: Path | None, trace_roots: Sequence[Path] = ()) -> dict[str, Any]:
     from ccscope.classifier.train import HEAD_MARK, predict_rows, reference_data, score
 
-    samples, summ, _src = reference_data(root)
+    # the collection's traces, else the summaries shipped beside the model (what it was fitted
+    # and evaluated on, e.g. after the traces' machine is gone)
+    samples, summ, _src = reference_data(root, shipped_fallback=True)
     samples = [s for s in samples if s.transport == "quic"]
     if not samples:
         raise SystemExit(f"no QUIC measurements under {root} (ccscope collect --plan reference-quic)")
@@ -322,7 +333,7 @@ def quic_recall(root: Path, model_path: Path | None) -> dict[str, Any]:
         mine = [s for s in samples if s.set == name]
         rows = predict_rows(model, mine, summ)
         for r, s in zip(rows, [s for s in mine if s.paths], strict=True):
-            r["fingerprint"] = _stack_print(s.paths)
+            r["fingerprint"] = _stack_print(s.paths, (root, *trace_roots))
         preds += rows
         if rows:
             sc = score(rows, labels)
@@ -361,6 +372,8 @@ def main() -> int:
     ap.add_argument("--classifier-root", type=Path, default=QUIC_ROOT,
                     help=f"the QUIC reference collection scored (default {QUIC_ROOT})")  # fmt: skip
     ap.add_argument("--model", type=Path, help="a model with a QUIC estimator (default: fit one here)")
+    ap.add_argument("--trace-root", type=Path, action="append", default=[],
+                    help="where the shipped summaries' relative trace paths live")  # fmt: skip
     ap.add_argument("--recall-only", action="store_true",
                     help="only recompute recall_per_stack; keep --out's other figures")  # fmt: skip
     args = ap.parse_args()
@@ -368,7 +381,7 @@ def main() -> int:
         doc = json.loads(args.out.read_text()) if args.out.exists() else {"bench": "quic"}
         if "recall_per_stack" in doc and "recall_tcp_model_baseline" not in doc:
             doc["recall_tcp_model_baseline"] = doc.pop("recall_per_stack")
-        doc["recall_per_stack"] = quic_recall(args.classifier_root, args.model)
+        doc["recall_per_stack"] = quic_recall(args.classifier_root, args.model, args.trace_root)
         doc["recall_when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
         r = doc["recall_per_stack"]
