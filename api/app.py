@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ccscope import __version__
+from ccscope.api.routers import stored_trace
 from ccscope.api.schemas import (
     CampaignIn,
     CampaignOut,
@@ -44,7 +45,6 @@ from ccscope.crawler.robots import RobotsAnswer, check_url
 from ccscope.errors import CCScopeError, TargetRefused
 from ccscope.settings import settings
 from ccscope.store import Conflict, IllegalTransition, NotFound, OptedOut, Store, StoreError, normalize_domain
-from ccscope.store.blobs import BlobError
 from ccscope.store.common import aware
 from ccscope.store.models import Campaign, Measurement
 from ccscope.store.queries import VerdictView
@@ -291,16 +291,7 @@ def create_app(
         measurement_id: Id, sha256: Annotated[str | None, Query(pattern=r"^[0-9a-f]{64}$")] = None
     ) -> Response:
         """Download a trace of the measurement (the first one unless `sha256` names another)."""
-        m = st.get_measurement(measurement_id)
-        traces = [t for t in m.traces if sha256 is None or t.sha256 == sha256]
-        if not traces:
-            raise NotFound(f"measurement {measurement_id} has no such trace")
-        t = traces[0]
-        try:
-            data = st.read_trace(t.sha256)
-        except BlobError as e:
-            log.error("trace %s: %s", t.sha256, e)
-            raise HTTPException(503, "the trace file is unavailable") from None
+        t, data = stored_trace(st, measurement_id, sha256)
         return Response(
             data,
             media_type=t.media_type,

@@ -8,16 +8,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import Response, StreamingResponse
-from starlette.exceptions import HTTPException
 
+from ccscope.api.routers import stored_trace
 from ccscope.api.schemas import ErrorOut
 from ccscope.errors import TraceFormatError
 from ccscope.export import MEDIA_TYPES, census_bytes, census_rows, iter_csv, trace_parquet
-from ccscope.store.blobs import BlobError
 from ccscope.store.core import NotFound, Store
 from ccscope.trace import Trace
 
@@ -25,29 +24,35 @@ Level = Literal["verdicts", "shares"]
 log = logging.getLogger("ccscope.api")
 
 
+def census_filters(
+    campaign_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    date_from: dt.date | None = None,
+    date_to: dt.date | None = None,
+    vantage: Annotated[str | None, Query(max_length=64)] = None,
+    transport: Literal["tcp", "quic"] | None = None,
+) -> dict[str, Any]:
+    """The query parameters every census download takes, as the export functions' keywords."""
+    return {"campaign_id": campaign_id, "date_from": date_from, "date_to": date_to,
+            "vantage": vantage, "transport": transport}  # fmt: skip
+
+
+Filters = Annotated[dict[str, Any], Depends(census_filters)]
+
+
+def _census_name(f: dict[str, Any], level: str, ext: str) -> str:
+    cid = f["campaign_id"]
+    return f"ccscope-census{f'-{cid}' if cid else ''}-{level}.{ext}"
+
+
 def opendata_router(store: Store) -> APIRouter:
     r = APIRouter(tags=["open data"])
 
-    def filters(
-        campaign_id: int | None, date_from: dt.date | None, date_to: dt.date | None,
-        vantage: str | None, transport: str | None,
-    ) -> dict[str, object]:  # fmt: skip
-        return {"campaign_id": campaign_id, "date_from": date_from, "date_to": date_to,
-                "vantage": vantage, "transport": transport}  # fmt: skip
-
     @r.get("/v1/census.csv", response_class=Response, responses={200: {"content": {"text/csv": {}}}})
-    def census_csv(
-        level: Level = "verdicts",
-        campaign_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
-        date_from: dt.date | None = None,
-        date_to: dt.date | None = None,
-        vantage: Annotated[str | None, Query(max_length=64)] = None,
-        transport: Literal["tcp", "quic"] | None = None,
-    ) -> Response:
+    def census_csv(f: Filters, level: Level = "verdicts") -> Response:
         """The census as CSV: one row per verdict (`level=verdicts`) or per census cell
         (`level=shares`), streamed; the same bytes as `ccscope export census`."""
-        cols, rows = census_rows(store, level, **filters(campaign_id, date_from, date_to, vantage, transport))
-        name = f"ccscope-census{f'-{campaign_id}' if campaign_id else ''}-{level}.csv"
+        cols, rows = census_rows(store, level, **f)
+        name = _census_name(f, level, "csv")
         return StreamingResponse(
             iter_csv(cols, rows),
             media_type=MEDIA_TYPES["csv"],
@@ -59,19 +64,10 @@ def opendata_router(store: Store) -> APIRouter:
         response_class=Response,
         responses={200: {"content": {"application/vnd.apache.parquet": {}}}},
     )
-    def census_parquet(
-        level: Level = "verdicts",
-        campaign_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
-        date_from: dt.date | None = None,
-        date_to: dt.date | None = None,
-        vantage: Annotated[str | None, Query(max_length=64)] = None,
-        transport: Literal["tcp", "quic"] | None = None,
-    ) -> Response:
+    def census_parquet(f: Filters, level: Level = "verdicts") -> Response:
         """The census as Parquet (typed columns), the same rows as /v1/census.csv."""
-        data = census_bytes(
-            store, "parquet", level, **filters(campaign_id, date_from, date_to, vantage, transport)
-        )
-        name = f"ccscope-census{f'-{campaign_id}' if campaign_id else ''}-{level}.parquet"
+        data = census_bytes(store, "parquet", level, **f)
+        name = _census_name(f, level, "parquet")
         return Response(
             data,
             media_type=MEDIA_TYPES["parquet"],
@@ -93,16 +89,7 @@ def opendata_router(store: Store) -> APIRouter:
     ) -> Response:
         """A trace of the measurement as Parquet (the first unless `sha256` names another):
         one row per sample, the trace's metadata in the file's key-value metadata."""
-        m = store.get_measurement(measurement_id)
-        traces = [t for t in m.traces if t.media_type == "application/json" and sha256 in (None, t.sha256)]
-        if not traces:
-            raise NotFound(f"measurement {measurement_id} has no such trace")
-        t = traces[0]
-        try:
-            raw = store.read_trace(t.sha256)
-        except BlobError as e:
-            log.error("trace %s: %s", t.sha256, e)
-            raise HTTPException(503, "the trace file is unavailable") from None
+        t, raw = stored_trace(store, measurement_id, sha256, "application/json")
         try:
             data = trace_parquet(Trace.from_dict(json.loads(raw)))
         except (TraceFormatError, ValueError):
