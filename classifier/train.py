@@ -397,6 +397,14 @@ def score(rows: Sequence[dict[str, Any]], classes: Sequence[str]) -> dict[str, A
     for k, v in cnt.items():
         out[f"{k}_rate"] = round(v / n, 4) if n else None
         out[f"{k}_ci"] = wilson(v, n)
+    # "unknown, X-like": an Unknown that names the family its probability is sure of; how often
+    # one is given, and how often its family is the CCA's (an answer a census reader can use)
+    fam = [r for r in known if r["pred"] == "unknown" and r.get("nearest")]
+    fam_ok = sum(1 for r in fam if r["nearest"] == family_of(str(r["label"])))
+    out["family_named_rate"] = round(len(fam) / n, 4) if n else None
+    out["family_named_ci"] = wilson(len(fam), n)
+    out["family_right_rate"] = round(fam_ok / len(fam), 4) if fam else None
+    out["family_right_ci"] = wilson(fam_ok, len(fam))
     return out
 
 

@@ -130,6 +130,10 @@ def main() -> int:
             "per_class_unseen": u.get("per_class"),
             "recall_naive_bayes_unseen": u.get("mean_recall_naive_bayes"),
             "recall_top1_unseen": u.get("mean_recall_top1"),
+            # Unknowns that name a family ("unknown, CUBIC-like"): how many, how often right
+            "family_named_unseen": u.get("family_named_rate"),
+            "family_right_unseen": u.get("family_right_rate"),
+            "family_right_unseen_ci": u.get("family_right_ci"),
         }
     )
     per = u.get("per_class") or {}
@@ -142,8 +146,10 @@ def main() -> int:
         out[key] = e.get("mean_recall")
         out[key + "_ci"] = e.get("mean_recall_ci")
         out[key + "_detail"] = {
-            k: e.get(k) for k in ("measurements", "unknown_rate", "wrong_rate", "insufficient_rate")
-        }
+            k: e.get(k)
+            for k in ("measurements", "unknown_rate", "wrong_rate", "insufficient_rate", "family_named_rate",
+                      "family_right_rate", "family_right_ci")
+        }  # fmt: skip
     var = (res.get("variants") or {}).get("variants") or {}
     out["unknown_variants_unseen"] = var.get("unknown_rate")
     out["unknown_variants_unseen_ci"] = var.get("unknown_ci")

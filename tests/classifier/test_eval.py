@@ -175,3 +175,20 @@ def test_refit_on_shipped_features_reproduces_the_shipped_model(tmp_path: Path) 
     assert r.returncode == 0, r.stderr
     assert (out / DEFAULT_MODEL.name).read_bytes() == DEFAULT_MODEL.read_bytes()
     assert (tmp_path / "e" / "eval.json").read_bytes() == (EVAL_DIR / "eval.json").read_bytes()
+
+
+def test_score_counts_unknowns_that_name_the_right_family() -> None:
+    """An "unknown, CUBIC-like" verdict for a CUBIC server is a right family, one for BBR is not;
+    a plain Unknown names none; named verdicts are not counted as family answers."""
+    from ccscope.classifier.train import score
+
+    def row(label: str, pred: str, nearest: str | None = None) -> dict[str, Any]:
+        return {"label": label, "pred": pred, "top1": pred, "top1_naive_bayes": pred, "nearest": nearest,
+                "variant": False}  # fmt: skip
+
+    rows = [row("cubic", "unknown", "CUBIC"), row("bbr", "unknown", "CUBIC"), row("cubic", "unknown"),
+            row("cubic", "cubic"), row("quiche:cubic", "unknown", "CUBIC")]  # fmt: skip
+    s = score(rows, ["bbr", "cubic", "quiche:cubic"])
+    assert s["family_named_rate"] == round(3 / 5, 4)
+    assert s["family_right_rate"] == round(2 / 3, 4) and s["family_right_ci"] is not None
+    assert score([row("cubic", "cubic")], ["cubic"])["family_right_rate"] is None
