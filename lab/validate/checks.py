@@ -63,26 +63,23 @@ BETA = {
 BETA_TOL = 0.05
 
 
+def _median_row(
+    cca: str, label: str, values: list[float], expected: float, note: str, *, missing: str,
+    tol: float = BETA_TOL,
+) -> Row:  # fmt: skip
+    """The median of `values` against `expected`, or, without values, a row saying why."""
+    if not values:
+        return missing_row(cca, label, expected, tol, missing)
+    return Row(cca, label, med(values), expected, tol, n=len(values), note=note)
+
+
 def _beta_rows(
     s: Series, cca: str, expected: float, *, label: str = "beta (ssthresh/cwnd at loss)", note: str = ""
 ) -> list[Row]:
-    evs = ca_events(s, ("recovery", "loss"))
-    if not evs:
-        return [
-            missing_row(cca, label, expected, BETA_TOL, f"no congestion-avoidance loss ({s.path.describe()})")
-        ]
-    betas = [e.beta for e in evs]
-    return [
-        Row(
-            cca,
-            label,
-            med(betas),
-            expected,
-            BETA_TOL,
-            n=len(betas),
-            note=note or f"median of {len(betas)} losses, {s.path.describe()}",
-        )
-    ]
+    betas = [e.beta for e in ca_events(s, ("recovery", "loss"))]
+    why = note or f"median of {len(betas)} losses, {s.path.describe()}"
+    return [_median_row(cca, label, betas, expected, why,
+                        missing=f"no congestion-avoidance loss ({s.path.describe()})")]  # fmt: skip
 
 
 def check_beta(ctx: Ctx, cca: str, *, seconds: float = 8.0) -> list[Row]:
@@ -236,22 +233,14 @@ def check_highspeed(ctx: Ctx) -> list[Row]:
             missing_row("highspeed", "a(w) segments per RTT", math.nan, 0.0, "no CA round above W_low")
         )
     evs = [e for e in ca_events(s, ("recovery", "loss")) if e.cwnd_before > 38]
-    if evs:
-        exp = med([1 - hs_b(e.cwnd_before) for e in evs])
-        w = med([e.cwnd_before for e in evs])
-        rows.append(
-            Row(
-                "highspeed",
-                f"beta = 1 - b(w) (w ~ {w:.0f})",
-                med([e.beta for e in evs]),
-                exp,
-                BETA_TOL,
-                n=len(evs),
-                note=f"{len(evs)} losses; RFC 3649 b(w); {s.path.describe()}",
-            )
+    w = f" (w ~ {med([e.cwnd_before for e in evs]):.0f})" if evs else ""
+    rows.append(
+        _median_row(
+            "highspeed", f"beta = 1 - b(w){w}", [e.beta for e in evs],
+            med([1 - hs_b(e.cwnd_before) for e in evs]) if evs else 0.6,
+            f"{len(evs)} losses; RFC 3649 b(w); {s.path.describe()}", missing="no loss above W_low",
         )
-    else:
-        rows.append(missing_row("highspeed", "beta = 1 - b(w)", 0.6, BETA_TOL, "no loss above W_low"))
+    )  # fmt: skip
     return rows
 
 
@@ -523,24 +512,18 @@ def check_yeah(ctx: Ctx) -> list[Row]:
     s = ctx.one("yeah", P_YEAH, 10.0, tag="yeah")
     rows = _growth_rows(s, "yeah", 1.0, 0.15, "fast-mode growth per RTT, cwnd < 100 (STCP floor)")
     evs = ca_events(s, ("recovery", "loss"))
-    if evs:
-        exp = []
-        for e in evs:
-            q = float(s.queue_pkts()[e.i - 1])
-            exp.append(1 - min(max(q, e.cwnd_before / 8), e.cwnd_before / 2) / e.cwnd_before)
-        rows.append(
-            Row(
-                "yeah",
-                "beta, fast mode = 1 - max(Q, cwnd/8)/cwnd",
-                med([e.beta for e in evs]),
-                med(exp),
-                BETA_TOL,
-                n=len(evs),
-                note=f"{len(evs)} losses; {s.path.describe()}",
-            )
+    q = s.queue_pkts() if evs else None
+    exp = [
+        1 - min(max(float(q[e.i - 1]), e.cwnd_before / 8), e.cwnd_before / 2) / e.cwnd_before
+        for e in evs
+    ] if q is not None else []  # fmt: skip
+    rows.append(
+        _median_row(
+            "yeah", "beta, fast mode = 1 - max(Q, cwnd/8)/cwnd" if evs else "beta, fast mode",
+            [e.beta for e in evs], med(exp) if exp else 0.875, f"{len(evs)} losses; {s.path.describe()}",
+            missing="no CA loss",
         )
-    else:
-        rows.append(missing_row("yeah", "beta, fast mode", 0.875, BETA_TOL, "no CA loss"))
+    )  # fmt: skip
     return rows
 
 

@@ -190,3 +190,11 @@ def test_report_formats(report: v.Report):
 def test_illinois_decrease_curve():
     assert checks.illinois_b(0.0, 0.1) == 0.125 and checks.illinois_b(0.09, 0.1) == 0.5
     assert abs(checks.illinois_b(0.045, 0.1) - 0.3125) < 1e-9
+
+
+def test_median_row_and_its_missing_row():
+    """A check's row: the median of what was measured, or the reason nothing was."""
+    r = checks._median_row("yeah", "beta", [0.8, 0.9, 0.85], 0.875, "3 losses", missing="no CA loss")
+    assert r.measured == 0.85 and r.n == 3 and r.note == "3 losses"
+    m = checks._median_row("yeah", "beta", [], 0.875, "0 losses", missing="no CA loss")
+    assert m.measured is None and m.note == "no CA loss" and m.expected == 0.875
