@@ -48,7 +48,8 @@ MIX = (
 
 
 def _census_child(args: argparse.Namespace) -> int:
-    """In a child process: one census of the first K sites from one vantage point, and its
+    """In a child process: one census of the first N sites (`--census-sites`, default K), K at a
+    time, from one vantage point, and its
     figures as JSON on stdout. The parent reads this process tree's CPU time from wait4."""
     from ccscope.store.core import Store
     from ccscope.trace import Trace
@@ -62,7 +63,8 @@ def _census_child(args: argparse.Namespace) -> int:
         import cpuprobe  # bench/scale/cpuprobe.py, beside this file
 
         cpuprobe.install()
-    sites = [f"s{i:03d}.lab.test" for i in range(k)]
+    n_sites = args.census_sites or k
+    sites = [f"s{i:03d}.lab.test" for i in range(n_sites)]
     store = Store(args.store_url or f"sqlite:///{work}/census.db", f"{work}/traces")
     store.migrate()
     name, _ = import_list_file(store, write_list(work / f"scale_{dt.date.today().isoformat()}.csv", sites))
@@ -77,7 +79,7 @@ def _census_child(args: argparse.Namespace) -> int:
     rep = run_census(
         store,
         name,
-        k,
+        n_sites,
         [VantageSpec("scale")],
         lab=True,
         concurrency=k,
@@ -129,6 +131,7 @@ def _census_child(args: argparse.Namespace) -> int:
             {
                 "cpu": cpu,
                 "concurrency": k,
+                "sites": n_sites,
                 "measurements": len(rep.results),
                 "classified": sum(r.state == "classified" for r in rep.results),
                 "seconds": round(rep.seconds, 1),
@@ -206,10 +209,12 @@ def _lab_cpu_s() -> float:
 
 
 def _census_run(
-    k: int, args: argparse.Namespace, *, probe: bool = False, store_url: str | None = None
-) -> dict[str, Any]:
-    """One census of K sites at once in a child process; its figures, with the CPU of the
-    child's whole process tree from wait4 (less the child's own start-up, a worker's one-off)."""
+    k: int, args: argparse.Namespace, *, probe: bool = False, store_url: str | None = None,
+    sites: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One census of `sites` sites (default K), K at a time, in a child process; its figures,
+    with the CPU of the child's whole process tree from wait4 (less the child's own start-up,
+    a worker's one-off)."""
     lab_cpu0 = _lab_cpu_s()
     t0 = time.monotonic()
     argv = [sys.executable, str(RUN_PY), "--census-child", str(k), "--work-dir", args.work_dir]
@@ -217,6 +222,8 @@ def _census_run(
         argv.append("--probe")
     if store_url:
         argv += ["--store-url", store_url]
+    if sites:
+        argv += ["--census-sites", str(sites)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()

@@ -62,10 +62,14 @@ def _write(out: Path, doc: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench/results/scale.json")
-    ap.add_argument("--part", choices=["profiles", "sweep", "ttv", "stopping", "cpu", "all"], default="all")
+    ap.add_argument(
+        "--part", choices=["profiles", "sweep", "steady", "ttv", "stopping", "cpu", "all"], default="all"
+    )
     ap.add_argument("--rounds", type=int, default=2, help="profiles: rounds of each order")
     ap.add_argument("--size", type=int, default=200_000, help="profiles: object bytes")
-    ap.add_argument("--k", default="32,64,128", help="sweep: concurrency levels")
+    ap.add_argument("--k", default="32,64,128", help="sweep, steady: concurrency levels")
+    ap.add_argument("--sites-per-k", type=int, default=3,
+                    help="steady: sites per census, as a multiple of K (sweep: 1)")  # fmt: skip
     ap.add_argument("--work-dir", default="/var/tmp/ccscope-bench-scale")
     ap.add_argument("--ttv-bytes", type=int, default=420_000, help="ttv: object bytes (the crawler's least)")
     ap.add_argument("--ttv-cap", type=float, default=60.0, help="ttv: seconds per download (the workers')")
@@ -90,6 +94,7 @@ def main() -> int:
     ap.add_argument("--census-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store-url", help=argparse.SUPPRESS)
+    ap.add_argument("--census-sites", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.census_child:
         return _census_child(args)
@@ -117,10 +122,25 @@ def main() -> int:
         _write(out, doc)
         log(json.dumps({k: doc[args.cpu_label][k] for k in ("cpu_s_per_measurement", "parts_cpu_s")}))
         return 0
+    if args.part == "steady":
+        load0 = [round(x, 2) for x in os.getloadavg()]
+        args.sweep_label = "steady"
+        doc.update(part_sweep(args))
+        doc["steady_host"] = {**host(), "load_before": load0, "note": args.host_note}
+        doc["steady_date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        doc["steady_note"] = (
+            f"a census of {args.sites_per_k} x K lab sites per K, K at a time (a worker over a long "
+            f"list), profiles side by side, adaptive stopping, the lab's TCP_INFO sampling every "
+            f"{args.lab_sample_ms:g} ms (0: none, as the Internet's servers keep none for us)"
+        )
+        unst = (doc.get("projection_derivation") or {}).get("unstarved")
+        doc.update(projection(doc["sweep"], steady=doc["steady"]))
+        doc["projection_derivation"]["unstarved"] = unst
     if args.part in ("sweep", "all"):
         load0 = [round(x, 2) for x in os.getloadavg()]
+        args.sweep_label, args.sites_per_k = "sweep", 1
         doc.update(part_sweep(args))
-        doc.update(projection(doc["sweep"]))
+        doc.update(projection(doc["sweep"], steady=doc.get("steady") or []))
         doc["projection_derivation"]["unstarved"] = unstarved(doc)
         doc["sweep_host"] = {**host(), "load_before": load0, "note": args.host_note}
         doc["sweep_date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
