@@ -61,6 +61,9 @@ def main() -> int:
         "--root", type=Path, action="append", help="a reference collection (repeatable; default: both)"
     )
     ap.add_argument("--speed-seconds", type=float, default=20.0)
+    ap.add_argument("--speed-root", type=Path,
+                    help="where the speed figures' traces come from (default: the first root); e.g. a "
+                    "new collection when the accuracy comes from the shipped summaries")  # fmt: skip
     args = ap.parse_args()
     roots = args.root or default_roots()
 
@@ -88,7 +91,7 @@ def main() -> int:
         out["gates"] = {t: est.rules_.get("uncertain") for t, est in model.estimators.items()}
         out["params"] = {t: est.get_params() | {"families": None} for t, est in model.estimators.items()}
 
-    args.root = roots[0]  # speed: the TCP reference traces
+    args.root = args.speed_root or roots[0]  # speed: TCP reference traces
     traces = sorted(args.root.glob("*/*/run*/[AB]*.sender.trace.json*"))[:40]
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
