@@ -79,7 +79,7 @@ def install() -> None:
     _patch(Trace, "save", "trace_json_write")
     _patch(Trace, "_read", "trace_json_read")
     _patch(tasks, "_classify_stored", "final_classify_other")
-    _patch(crawler, "object_for_site", "crawl")
+    _patch(crawler, "pick_object", "crawl")
     for name in dir(Store):
         if name.startswith("_") or not callable(getattr(Store, name, None)):
             continue
