@@ -15,7 +15,6 @@ measurements for a p-value of a percent or two).
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,9 +52,13 @@ def knn_distance(
     out, worst = np.empty(len(rows)), np.zeros(len(rows), dtype=np.int64)
     for i in range(len(rows)):
         nb = ref[near[i]]
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a feature no neighbour has: NaN
-            centre = np.nanmedian(nb, axis=0) if len(nb) else np.full(rows.shape[1], np.nan)
+        # a feature no neighbour has stays NaN; the median skips such columns instead of
+        # warning (warnings.catch_warnings is process-wide, so with classifications in threads,
+        # as a census runs them, one thread's filter did not cover another's warning)
+        centre = np.full(rows.shape[1], np.nan)
+        has = ~np.all(np.isnan(nb), axis=0) if len(nb) else np.zeros(rows.shape[1], dtype=bool)
+        if has.any():
+            centre[has] = np.nanmedian(nb[:, has], axis=0)
         dev = np.abs(rows[i] - centre) / scale[0]
         # a feature measurable here but in none of the neighbours (or the reverse) counts as
         # knn_nan_cost spreads off; absent in both, as none
