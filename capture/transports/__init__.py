@@ -64,6 +64,43 @@ class Transport:
     live: Callable[..., Callable[[], Trace]] | None = None
 
 
+def python_client(module: str, req: ClientRequest, *extra: str) -> list[str]:
+    """The command line of a client written as a Python module (`python -m MODULE URL ...`),
+    with the options every client takes; `extra` goes before the lab options."""
+    import sys
+
+    from ccscope.errors import CaptureError
+
+    cmd = [
+        sys.executable, "-m", module, req.url,
+        "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
+        *extra,
+    ]  # fmt: skip
+    if req.lab:
+        cmd.append("--lab")
+    if req.cafile is not None:
+        # The client runs unprivileged and may not reach the lab's state directory: hand it the
+        # (public) CA certificate itself.
+        try:
+            cmd += ["--ca-pem", Path(req.cafile).read_text()]
+        except OSError as e:
+            raise CaptureError(f"cannot read the lab CA {req.cafile}: {e}") from None
+    return cmd
+
+
+def pick_flow(traces: list[Trace], local_port: int, none_why: str) -> Trace:
+    """The download's flow by its client port; the first (largest) flow when the port is
+    unknown; CaptureError(`none_why`) when the capture holds none."""
+    from ccscope.errors import CaptureError
+
+    for t in traces:
+        if t.flow.client_port == local_port:
+            return t
+    if not traces:
+        raise CaptureError(none_why)
+    return traces[0]
+
+
 def client_result(stdout: str) -> dict[str, Any]:
     """The client's report: the last line of its output, a JSON object ({} when absent)."""
     import json
@@ -78,4 +115,4 @@ def client_result(stdout: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-__all__ = ["ClientRequest", "Flows", "Transport", "client_result"]
+__all__ = ["ClientRequest", "Flows", "Transport", "client_result", "pick_flow", "python_client"]

@@ -7,42 +7,23 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ccscope.capture.transports import ClientRequest, Flows, Transport
-from ccscope.errors import CaptureError, CCScopeError
+from ccscope.capture.transports import ClientRequest, Flows, Transport, python_client
+from ccscope.capture.transports import pick_flow as pick_transport_flow
+from ccscope.errors import CCScopeError
 from ccscope.profile import Profile, quic_profile
 from ccscope.trace import Trace
 
 
 def client_command(req: ClientRequest) -> list[str]:
-    cmd = [
-        sys.executable, "-m", "ccscope.capture.quic_get", req.url,
-        "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
-        "--qlog-private",
-    ]  # fmt: skip
-    if req.lab:
-        cmd.append("--lab")
-    if req.cafile is not None:
-        # the client runs unprivileged and may not reach the lab's state directory: hand it the
-        # (public) CA certificate itself, as the TCP client
-        try:
-            cmd += ["--ca-pem", Path(req.cafile).read_text()]
-        except OSError as e:
-            raise CaptureError(f"cannot read the lab CA {req.cafile}: {e}") from None
-    return cmd
+    return python_client("ccscope.capture.quic_get", req, "--qlog-private")
 
 
 def pick_flow(traces: list[Trace], local_port: int) -> Trace:
-    for t in traces:
-        if t.flow.client_port == local_port:
-            return t
-    if not traces:
-        raise CaptureError("the capture holds no QUIC flow with data from the server")
-    return traces[0]
+    return pick_transport_flow(traces, local_port, "the capture holds no QUIC flow with data from the server")
 
 
 def flows(

@@ -3,42 +3,23 @@ ground truth from the lab server's TCP_INFO samples."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ccscope.capture.transports import ClientRequest, Flows, Transport
-from ccscope.errors import CaptureError
+from ccscope.capture.transports import ClientRequest, Flows, Transport, python_client
+from ccscope.capture.transports import pick_flow as pick_transport_flow
 from ccscope.profile import Profile
 from ccscope.trace import Trace
 
 
 def client_command(req: ClientRequest) -> list[str]:
-    cmd = [
-        sys.executable, "-m", "ccscope.capture.fetch", req.url,
-        "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
-    ]  # fmt: skip
-    if req.lab:
-        cmd.append("--lab")
-    if req.cafile is not None:
-        # The client runs unprivileged and may not reach the lab's state directory: hand it the
-        # (public) CA certificate itself.
-        try:
-            cmd += ["--ca-pem", Path(req.cafile).read_text()]
-        except OSError as e:
-            raise CaptureError(f"cannot read the lab CA {req.cafile}: {e}") from None
-    return cmd
+    return python_client("ccscope.capture.fetch", req)
 
 
 def pick_flow(traces: list[Trace], local_port: int) -> Trace:
     """The download's flow by its client port; the largest flow when the port is unknown."""
-    for t in traces:
-        if t.flow.client_port == local_port:
-            return t
-    if not traces:
-        raise CaptureError("the capture holds no TCP flow with a handshake")
-    return traces[0]
+    return pick_transport_flow(traces, local_port, "the capture holds no TCP flow with a handshake")
 
 
 def flows(pcap: Path, *, fetch: dict[str, Any], object_url: str, profile: Profile, **_: Any) -> Flows:
