@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -21,7 +20,6 @@ from ccscope.store.core import NotFound, Store
 from ccscope.trace import Trace
 
 Level = Literal["verdicts", "shares"]
-log = logging.getLogger("ccscope.api")
 
 
 def census_filters(

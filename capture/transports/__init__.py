@@ -9,10 +9,13 @@ the workers, the store and the API look transports up in.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ccscope.errors import CaptureError
 
 if TYPE_CHECKING:
     from ccscope.profile import Profile
@@ -67,10 +70,6 @@ class Transport:
 def python_client(module: str, req: ClientRequest, *extra: str) -> list[str]:
     """The command line of a client written as a Python module (`python -m MODULE URL ...`),
     with the options every client takes; `extra` goes before the lab options."""
-    import sys
-
-    from ccscope.errors import CaptureError
-
     cmd = [
         sys.executable, "-m", module, req.url,
         "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
@@ -91,8 +90,6 @@ def python_client(module: str, req: ClientRequest, *extra: str) -> list[str]:
 def pick_flow(traces: list[Trace], local_port: int, none_why: str) -> Trace:
     """The download's flow by its client port; the first (largest) flow when the port is
     unknown; CaptureError(`none_why`) when the capture holds none."""
-    from ccscope.errors import CaptureError
-
     for t in traces:
         if t.flow.client_port == local_port:
             return t

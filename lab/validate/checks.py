@@ -512,18 +512,15 @@ def check_yeah(ctx: Ctx) -> list[Row]:
     s = ctx.one("yeah", P_YEAH, 10.0, tag="yeah")
     rows = _growth_rows(s, "yeah", 1.0, 0.15, "fast-mode growth per RTT, cwnd < 100 (STCP floor)")
     evs = ca_events(s, ("recovery", "loss"))
-    q = s.queue_pkts() if evs else None
-    exp = [
-        1 - min(max(float(q[e.i - 1]), e.cwnd_before / 8), e.cwnd_before / 2) / e.cwnd_before
-        for e in evs
-    ] if q is not None else []  # fmt: skip
-    rows.append(
-        _median_row(
-            "yeah", "beta, fast mode = 1 - max(Q, cwnd/8)/cwnd" if evs else "beta, fast mode",
-            [e.beta for e in evs], med(exp) if exp else 0.875, f"{len(evs)} losses; {s.path.describe()}",
-            missing="no CA loss",
-        )
-    )  # fmt: skip
+    label, expected = "beta, fast mode", 0.875
+    if evs:
+        q = s.queue_pkts()
+        label += " = 1 - max(Q, cwnd/8)/cwnd"
+        expected = med([
+            1 - min(max(float(q[e.i - 1]), e.cwnd_before / 8), e.cwnd_before / 2) / e.cwnd_before for e in evs
+        ])  # fmt: skip
+    note = f"{len(evs)} losses; {s.path.describe()}"
+    rows.append(_median_row("yeah", label, [e.beta for e in evs], expected, note, missing="no CA loss"))
     return rows
 
 
