@@ -27,10 +27,10 @@ def test_paced_sends_every_byte_at_the_rate_after_the_free_part() -> None:
     out = b"".join(bytes(c) for c in _paced(iter_object(n), rate, after))
     took = time.monotonic() - t0
     assert out == object_bytes(n)
-    assert 0.09 <= took < 0.3  # 100 kB at 1 MB/s
-    t0 = time.monotonic()
+    # 100 kB at 1 MB/s: never faster than the rate. No upper bound: a loaded host only
+    # makes it slower, and that is not the pacer's behaviour.
+    assert took >= 0.09
     assert b"".join(bytes(c) for c in _paced(iter_object(n), 0, 0)) == out
-    assert time.monotonic() - t0 < 0.05
 
 
 def test_pipe_trace_carries_the_kernels_pipe() -> None:
