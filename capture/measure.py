@@ -12,6 +12,7 @@ path).
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -312,6 +313,10 @@ def measure(
     return m
 
 
+# Adaptive stopping's checks classifying at once in this process (see _Watcher.run).
+_CHECK_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+
+
 class _Watcher:
     """Adaptive stopping's loop, beside the running downloads: the growing pcaps become the
     sender-aligned traces the classifier reads, every `rule.every_s` seconds. A transport with a
@@ -384,41 +389,63 @@ class _Watcher:
         """Check until the rule settles (then set `stop`) or every download has ended."""
         history: list[Verdict] = []
         t0 = time.monotonic()
-        tick = t0
+        every = self.rule.every_s
+        due = t0
         while True:
-            tick += self.rule.every_s
-            while time.monotonic() < tick:
+            # The next check is due one interval after the last was due; one that overran its
+            # interval (a loaded host) is not caught up: the next waits a full interval. Checks
+            # made back to back to catch up once kept a K = 32 census classifying finished
+            # downloads without end, each check slowing the others further.
+            due = due + every if due + every > time.monotonic() else time.monotonic() + every
+            while (now := time.monotonic()) < due:
                 if all(f.done() for f in futures):
                     return
-                time.sleep(min(0.1, max(0.0, tick - time.monotonic())))
+                time.sleep(min(0.1, due - now))
+            if all(f.done() for f in futures):
+                return  # the full traces decide from here
             # The traces hold less than the time since the start: a check that could not matter
             # even holding all of it is not made (rule.useful), nor its capture read.
             if not self.rule.useful(time.monotonic() - t0):
                 continue
-            traces = [self._live(p) for p in self.profiles]
-            if any(t is None for t in traces):
-                continue  # a profile has no connection yet: nothing to read
-            live = [t for t in traces if t is not None]
-            held = min(t.duration for t in live)
-            if not self.rule.useful(held):
-                continue  # too early to be among the checks a stop reads: the same verdict
-            try:
-                v = self._classify(live)
-            except CCScopeError as e:
-                history.clear()  # a check that could not be made breaks the run of equal ones
-                self.record["checks"].append({"at_s": round(held, 2), "error": str(e)[:200]})
+            # At most one check per core classifies at once, process-wide: with K measurements
+            # in one worker their checks would otherwise contend for the interpreter together.
+            # A check that finds no slot within its interval is skipped (counted): the stop
+            # comes later, never on fewer equal verdicts.
+            if not _CHECK_SLOTS.acquire(timeout=every):
+                self.record["skipped_busy"] = self.record.get("skipped_busy", 0) + 1
                 continue
-            history.append(v)
-            self.record["checks"].append(
-                {
-                    "at_s": round(held, 2),
-                    "wall_s": round(time.monotonic() - t0, 2),
-                    "display": v.display,
-                    "kind": v.kind,
-                    "confidence": round(v.confidence, 3),
-                }
-            )
-            if self.rule.settled(history, held):
-                self.record.update(settled=True, stopped_at_s=round(held, 2), verdict=v.display)
-                self.stop.set()
+            try:
+                self._check(history, t0)
+            finally:
+                _CHECK_SLOTS.release()
+            if self.stop.is_set():
                 return
+
+    def _check(self, history: list[Verdict], t0: float) -> None:
+        """One check: classify the captures so far; set `stop` once the rule has settled."""
+        traces = [self._live(p) for p in self.profiles]
+        if any(t is None for t in traces):
+            return  # a profile has no connection yet: nothing to read
+        live = [t for t in traces if t is not None]
+        held = min(t.duration for t in live)
+        if not self.rule.useful(held):
+            return  # too early to be among the checks a stop reads: the same verdict
+        try:
+            v = self._classify(live)
+        except CCScopeError as e:
+            history.clear()  # a check that could not be made breaks the run of equal ones
+            self.record["checks"].append({"at_s": round(held, 2), "error": str(e)[:200]})
+            return
+        history.append(v)
+        self.record["checks"].append(
+            {
+                "at_s": round(held, 2),
+                "wall_s": round(time.monotonic() - t0, 2),
+                "display": v.display,
+                "kind": v.kind,
+                "confidence": round(v.confidence, 3),
+            }
+        )
+        if self.rule.settled(history, held):
+            self.record.update(settled=True, stopped_at_s=round(held, 2), verdict=v.display)
+            self.stop.set()

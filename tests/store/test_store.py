@@ -359,6 +359,21 @@ def test_heartbeat_keeps_a_long_run_leased_and_a_dead_one_lapses(store: Store) -
         store.heartbeat(10**6, holder, lease_seconds=lease)
 
 
+def test_a_beat_after_the_run_finished_is_not_a_lost_claim(store: Store) -> None:
+    _setup(store)
+    m, _ = store.enqueue_measurement("a.example", "paris", "tcp", "hb")
+    store.transition(m.id, "running")
+    holder = f"measurement-{m.id}"
+    assert store.acquire_site("a.example", holder, lease_seconds=60)
+    store.transition(m.id, "failed", "gone")  # the run's last write, before its keep_alive ends
+    assert store.heartbeat(m.id, holder, lease_seconds=60)
+    # Requeued as dead is lost, though the lease is (still) the run's own.
+    m2, _ = store.enqueue_measurement("a.example", "paris", "tcp", "hb2")
+    store.transition(m2.id, "running")
+    store.transition(m2.id, "queued")
+    assert not store.heartbeat(m2.id, holder, lease_seconds=60)
+
+
 def test_drop_traces_of_a_rerun(store: Store) -> None:
     _setup(store)
     m, _ = store.enqueue_measurement("a.example", "paris", "tcp", "dt")

@@ -1,0 +1,87 @@
+"""Adaptive stopping's watcher under load: checks slower than their interval must neither pile up
+nor outlive the downloads (a K = 32 census once kept classifying finished downloads forever)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from types import SimpleNamespace
+
+from ccscope.capture.measure import _Watcher
+from ccscope.classifier.stopping import StoppingRule
+from ccscope.verdict import Verdict
+
+
+class _Growing(_Watcher):
+    """The captures replaced by traces that hold the seconds since the start."""
+
+    t0 = time.monotonic()
+
+    def _live(self, profile):  # type: ignore[no-untyped-def]
+        return SimpleNamespace(duration=time.monotonic() - self.t0)
+
+
+def _watcher(tmp_path: Path, classify, rule: StoppingRule) -> tuple[_Growing, threading.Event]:  # type: ignore[no-untyped-def]
+    stop = threading.Event()
+    w = _Growing("http://s.lab.test/x", ("A", "B"), tmp_path, "tcp", rule, classify, stop)
+    w.t0 = time.monotonic()
+    return w, stop
+
+
+def _unsettled(calls: list[float], cost: float):  # type: ignore[no-untyped-def]
+    def classify(traces):  # type: ignore[no-untyped-def]
+        calls.append(time.monotonic())
+        time.sleep(cost)  # slower than the interval, as on an overloaded host
+        # Never settles: a different verdict each time.
+        return Verdict("cubic" if len(calls) % 2 else "reno", "cca", 0.9, "", "test")
+
+    return classify
+
+
+def test_slow_checks_do_not_outlive_the_downloads(tmp_path: Path) -> None:
+    calls: list[float] = []
+    rule = StoppingRule(every_s=0.05, min_s=0.0, stable=3, min_p=0.0)
+    w, stop = _watcher(tmp_path, _unsettled(calls, 0.2), rule)
+    downloads: list[Future[None]] = [Future(), Future()]
+    threading.Timer(1.0, lambda: [f.set_result(None) for f in downloads]).start()
+    t = time.monotonic()
+    w.run(downloads)
+    took = time.monotonic() - t
+    # Returns once the downloads end (plus at most the check in progress), not never.
+    assert took < 1.0 + 0.2 + 1.0, took
+    assert not stop.is_set() and not w.record["settled"]
+    # Not caught up: after each overrunning check the watcher rests a full interval.
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert gaps and min(gaps) >= 0.2 + 0.05 * 0.9, gaps
+
+
+def test_checks_share_the_cores(tmp_path: Path) -> None:
+    """More watchers than cores: at most one check per core classifies at once; the rest wait
+    for a slot or skip a check, and each still stops when its verdict settles."""
+    import os
+
+    busy, peak, lock = [0], [0], threading.Lock()
+
+    def classify(traces):  # type: ignore[no-untyped-def]
+        with lock:
+            busy[0] += 1
+            peak[0] = max(peak[0], busy[0])
+        time.sleep(0.02)
+        with lock:
+            busy[0] -= 1
+        return Verdict("cubic", "cca", 0.9, "", "test")
+
+    rule = StoppingRule(every_s=0.02, min_s=0.1, stable=2, min_p=0.5)
+    ws = [_watcher(tmp_path, classify, rule) for _ in range(4 * (os.cpu_count() or 1))]
+    never: list[Future[None]] = [Future()]
+    threads = [threading.Thread(target=w.run, args=(never,)) for w, _ in ws]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert all(not t.is_alive() for t in threads)
+    assert all(stop.is_set() and w.record["settled"] for w, stop in ws)
+    assert peak[0] <= (os.cpu_count() or 1)
