@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
+from ccscope.capture.binaries import find_built
 from ccscope.capture.fetch import USER_AGENT
 from ccscope.errors import CCScopeError, TargetRefused
 from ccscope.targets import resolve_target
@@ -39,18 +38,12 @@ def client_binary() -> Path:
     """The quiche client: $CCSCOPE_QUIC_GET, the repository build, or one on PATH."""
     from ccscope.settings import settings
 
-    env = settings().quic_get
-    cands = [Path(env)] if env else []
-    cands.append(_REPO_BINARY)
-    on_path = shutil.which("ccscope-quic-get")
-    if on_path:
-        cands.append(Path(on_path))
-    for c in cands:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    raise QuicClientMissing(
-        "the QUIC client is not built: run `make setup` (deploy/install.sh builds capture/quic)"
-    )
+    found = find_built("ccscope-quic-get", settings().quic_get, _REPO_BINARY)
+    if found is None:
+        raise QuicClientMissing(
+            "the QUIC client is not built: run `make setup` (deploy/install.sh builds capture/quic)"
+        )
+    return found
 
 
 @dataclass

@@ -7,8 +7,6 @@ collects what the emulator leaves behind (pcap, stats JSON, exit status).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -16,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ccscope.capture.binaries import find_built
 from ccscope.errors import EXIT_SETUP, ShellError
 from ccscope.profile import Profile
 from ccscope.settings import settings
@@ -25,18 +24,12 @@ _REPO_BINARY = Path(__file__).resolve().parent / "link" / "target" / "release" /
 
 def link_binary() -> Path:
     """The emulator binary: $CCSCOPE_LINK, the repository build, or one on PATH."""
-    env = settings().link
-    candidates = [Path(env)] if env else []
-    candidates.append(_REPO_BINARY)
-    on_path = shutil.which("ccscope-link")
-    if on_path:
-        candidates.append(Path(on_path))
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    raise ShellError(
-        "ccscope-link is not built: run `make setup` (or `cargo build --release` in capture/link)"
-    )
+    found = find_built("ccscope-link", settings().link, _REPO_BINARY)
+    if found is None:
+        raise ShellError(
+            "ccscope-link is not built: run `make setup` (or `cargo build --release` in capture/link)"
+        )
+    return found
 
 
 def link_argv(options: Sequence[str], cmd: Sequence[str], *, keep_root: bool = False) -> list[str]:
