@@ -37,14 +37,14 @@ from ccscope.classifier.conditions import GROUPS, DrawJob, quic_draw, sample
 from ccscope.classifier.dataset import VARIANTS, trained_ccas
 
 MILD_P = 0.25
-N_TRAIN = 40
+N_TRAIN = 80
 N_RUNS = 4
 N_UNSEEN = 12
 N_VARIANTS = 16
 N_VARIANTS_DESIGN = 8
 N_OTHER = 6
 N_DEMO = 1
-N_TRAIN_QUIC = 24
+N_TRAIN_QUIC = 48
 N_RUNS_QUIC = 3
 N_UNSEEN_QUIC = 8
 QUIC_OFFSET = 200_000  # draw indices of the QUIC sets (the TCP sets use 0.. and 100_000..)
