@@ -20,6 +20,13 @@ _RATE_RE = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>bit|kbit|mbit|gbit|pps)$
 _RATE_SCALE = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
+def kbit_spec(rate_kbit: float) -> str:
+    """A rate in kbit/s as a rate spec, six significant digits and never in exponent form
+    (`f"{x:g}"` gives `1.11195e+06` from 1.1 Gbit/s, which no rate parser here reads)."""
+    x = float(f"{rate_kbit:.6g}")
+    return f"{x:f}".rstrip("0").rstrip(".") + "kbit"
+
+
 def first_rate_bps(spec: str) -> float | None:
     """Bits per second of the first step of a rate spec; None for `inf` or packet rates."""
     head = spec.split(",", 1)[0].split(":", 1)[0].strip().lower()

@@ -59,7 +59,7 @@ from ccscope.classifier.conditions import (
     plan_jobs,
     plan_quic_jobs,
 )
-from ccscope.profile import Profile, first_rate_bps, quic_profile
+from ccscope.profile import Profile, first_rate_bps, kbit_spec, quic_profile
 
 DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
 DEFAULT_INSTANCES = (30,)
@@ -137,7 +137,7 @@ def _scaled_link(p: Profile, k: float) -> Profile:
         buf = x.buffer
         if buf.endswith("B") and buf[:-1].isdigit():
             buf = f"{max(1500, round(int(buf[:-1]) * k))}B"
-        return replace(x, rate=f"{bps * k / 1e3:.6g}kbit", buffer=buf)
+        return replace(x, rate=kbit_spec(bps * k / 1e3), buffer=buf)
 
     return replace(p, down=d(p.down), up=d(p.up))
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ccscope.profile import PUBLISHED_PROFILES, STANDARD_PROFILES, Direction, Profile
+from ccscope.profile import PUBLISHED_PROFILES, STANDARD_PROFILES, Direction, Profile, kbit_spec
 
 SPACE_VERSION = 1
 # A split's code is the top 4 bits of every seed drawn for it: disjoint by construction.
@@ -255,8 +255,8 @@ class Draw:
         return tuple(  # type: ignore[return-value]
             Profile(
                 name=f"space-{slot}",
-                down=Direction(delay_ms=d, rate=f"{p.rate_kbit:g}kbit", buffer=f"{p.buffer_bdp:g}bdp"),
-                up=Direction(delay_ms=d, rate=f"{p.rate_kbit:g}kbit", buffer=f"{p.buffer_bdp:g}bdp"),
+                down=Direction(delay_ms=d, rate=kbit_spec(p.rate_kbit), buffer=f"{p.buffer_bdp:g}bdp"),
+                up=Direction(delay_ms=d, rate=kbit_spec(p.rate_kbit), buffer=f"{p.buffer_bdp:g}bdp"),
                 mtu=p.mtu,
                 sack=p.sack,
             )
@@ -291,7 +291,7 @@ class Draw:
             rate = pl.upstream_ratio * self.profile_rate_bps
             rtt_s = (self.path.rtt_ms + 2 * self.profile.delay_b_ms) / 1e3
             buf = max(1500, round(pl.upstream_buffer_bdp * rate / 8 * rtt_s))
-            d = Direction(rate=f"{rate / 1e3:.6g}kbit", buffer=f"{buf}B")
+            d = Direction(rate=kbit_spec(rate / 1e3), buffer=f"{buf}B")
             out.append(Profile(name="upstream", down=d, up=d, mtu=1500, sack=True))
         for i, ap in enumerate(pl.access):
             d = Direction(

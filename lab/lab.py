@@ -48,6 +48,7 @@ from ccscope.lab.registry import (
 )
 from ccscope.lab.server import DEFAULT_LARGE_BYTES, ListenerSpec, ServerConfig
 from ccscope.lab.tcpinfo import set_cca
+from ccscope.profile import kbit_spec
 from ccscope.settings import settings
 
 __all__ = [
@@ -129,7 +130,7 @@ def normalize_rate(rate: str | float | int) -> str:
         return s  # a spec with units (10mbit, 500pps, schedules): the emulator validates it
     if v < 0:
         raise LabError(f"rate must be positive, got {rate!r}")
-    return f"{v:g}kbit"
+    return kbit_spec(v)
 
 
 @dataclass(frozen=True)

@@ -61,3 +61,13 @@ def test_bad_directions_refused(kw):
 def test_unknown_profile():
     with pytest.raises(ProfileError, match="known: A, B, nebby-A, nebby-B"):
         get_profile("Z")
+
+
+def test_kbit_spec_never_writes_an_exponent() -> None:
+    from ccscope.profile import first_rate_bps, kbit_spec
+
+    assert kbit_spec(1448.0) == "1448kbit" and kbit_spec(255.7) == "255.7kbit"
+    assert kbit_spec(1.11195e6) == "1111950kbit" and kbit_spec(0.5) == "0.5kbit"
+    assert kbit_spec(123456789.0) == "123457000kbit"  # six significant digits, as :g kept
+    for x in (0.05, 1.0, 999999.4, 1.2e6, 3.3e9):
+        assert first_rate_bps(kbit_spec(x)) == pytest.approx(x * 1e3, rel=1e-5)
