@@ -394,8 +394,7 @@ class _Watcher:
         while True:
             # The next check is due one interval after the last was due; one that overran its
             # interval (a loaded host) is not caught up: the next waits a full interval. Checks
-            # made back to back to catch up once kept a K = 32 census classifying finished
-            # downloads without end, each check slowing the others further.
+            # back to back would each slow the others further, on every measurement at once.
             due = due + every if due + every > time.monotonic() else time.monotonic() + every
             while (now := time.monotonic()) < due:
                 if all(f.done() for f in futures):

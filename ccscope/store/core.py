@@ -721,7 +721,7 @@ class Store(Queries):
             if alive.rowcount == 1:  # type: ignore[attr-defined]
                 return True
             # A beat between the run's last write and the end of its keep_alive finds the row
-            # finished: the run is not lost (under load that window was wide enough to log it).
+            # finished: the run is not lost (under load that window is wide).
             state = s.scalar(select(Measurement.state).where(Measurement.id == measurement_id))
             return state in FINISHED
 

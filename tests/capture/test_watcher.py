@@ -1,5 +1,6 @@
 """Adaptive stopping's watcher under load: checks slower than their interval must neither pile up
-nor outlive the downloads (a K = 32 census once kept classifying finished downloads forever)."""
+nor outlive the downloads (a watcher behind its ticks would classify finished downloads until
+its verdict settled: never, for an unsettled one)."""
 
 from __future__ import annotations
 
