@@ -11,7 +11,7 @@ from sqlalchemy import inspect
 
 from ccscope.store import Conflict, IllegalTransition, NotFound, Store, StoreError
 from ccscope.store.blobs import BlobError
-from ccscope.store.models import Base
+from ccscope.store.models import Base, Measurement
 from ccscope.verdict import Verdict
 
 
@@ -331,13 +331,19 @@ def test_migrations_match_models_and_roll_back(store: Store) -> None:
     assert store.get_list("tranco").size == 3
 
 
-def test_heartbeat_keeps_a_long_run_leased_and_a_dead_one_lapses(store: Store) -> None:
+def _running_with_lease(store: Store, domain: str, lease_seconds: float) -> tuple[Measurement, str]:
+    """A measurement of `domain` running under its own lease, as a worker holds it."""
     _setup(store)
-    m, _ = store.enqueue_measurement("a.example", "paris", "tcp", "hb")
+    m, _ = store.enqueue_measurement(domain, "paris", "tcp", "hb")
     store.transition(m.id, "running")
     holder = f"measurement-{m.id}"
+    assert store.acquire_site(domain, holder, lease_seconds=lease_seconds)
+    return m, holder
+
+
+def test_heartbeat_keeps_a_long_run_leased_and_a_dead_one_lapses(store: Store) -> None:
     lease = 3.0  # beats every 0.25 s: only a stall of most of this could let it lapse
-    assert store.acquire_site("a.example", holder, lease_seconds=lease)
+    m, holder = _running_with_lease(store, "a.example", lease)
     # A run three times as long as its lease: the beats keep the site and the row its own.
     with store.keep_alive(m.id, holder, lease_seconds=lease, every=0.25) as lost:
         for _ in range(3):
@@ -360,11 +366,7 @@ def test_heartbeat_keeps_a_long_run_leased_and_a_dead_one_lapses(store: Store) -
 
 
 def test_a_beat_after_the_run_finished_is_not_a_lost_claim(store: Store) -> None:
-    _setup(store)
-    m, _ = store.enqueue_measurement("a.example", "paris", "tcp", "hb")
-    store.transition(m.id, "running")
-    holder = f"measurement-{m.id}"
-    assert store.acquire_site("a.example", holder, lease_seconds=60)
+    m, holder = _running_with_lease(store, "a.example", 60)
     store.transition(m.id, "failed", "gone")  # the run's last write, before its keep_alive ends
     assert store.heartbeat(m.id, holder, lease_seconds=60)
     # Requeued as dead is lost, though the lease is (still) the run's own.
@@ -394,11 +396,7 @@ def test_drop_traces_of_a_rerun(store: Store) -> None:
 def test_a_run_stuck_past_its_longest_stops_beating(store: Store) -> None:
     # A worker thread blocked for good must not hold its row and site forever through the
     # heartbeat thread beside it: after max_seconds the beats stop and the row goes stale.
-    _setup(store)
-    m, _ = store.enqueue_measurement("stuck.example", "paris", "tcp", "hb")
-    store.transition(m.id, "running")
-    holder = f"measurement-{m.id}"
-    assert store.acquire_site("stuck.example", holder, lease_seconds=1.0)
+    m, holder = _running_with_lease(store, "stuck.example", 1.0)
     with store.keep_alive(m.id, holder, lease_seconds=1.0, every=0.2, max_seconds=1.0) as lost:
         time.sleep(3.0)  # the "stuck" run
         assert lost.is_set()
