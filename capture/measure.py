@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -313,8 +314,68 @@ def measure(
     return m
 
 
-# Adaptive stopping's checks classifying at once in this process (see _Watcher.run).
-_CHECK_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+class CheckGate:
+    """Adaptive stopping's checks in one process: at most `slots` run at once, granted in the
+    order they fell due, and a due check waits for its turn rather than being dropped.
+
+    On a host loaded with K measurements a check's wall time is mostly waiting for a core, so
+    a bounded wait that drops the check (as before) starved the checks exactly when many
+    downloads ran: almost none settled, every download ran to its cap, and the load that
+    starved them grew. A late check is still a valid one (the rule reads how much each trace
+    holds, not the clock), so the queue only delays; each watcher has at most one check
+    waiting, so it holds at most K."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = max(1, slots)
+        self._cv = threading.Condition()
+        self._queue: deque[object] = deque()
+        self._busy = 0
+        self.granted = 0
+        self.abandoned = 0
+        self.waited_s = 0.0
+        self.waited_max_s = 0.0
+
+    def acquire(self, abandon: Callable[[], bool], poll_s: float = 0.1) -> bool:
+        """Wait for a slot in turn; False (and out of the queue) once `abandon()` is true."""
+        ticket = object()
+        t0 = time.monotonic()
+        with self._cv:
+            self._queue.append(ticket)
+            while not (self._busy < self.slots and self._queue[0] is ticket):
+                if abandon():
+                    self._queue.remove(ticket)
+                    self.abandoned += 1
+                    self._cv.notify_all()  # the head may have been this ticket
+                    return False
+                self._cv.wait(poll_s)
+            self._queue.popleft()
+            self._busy += 1
+            waited = time.monotonic() - t0
+            self.granted += 1
+            self.waited_s += waited
+            self.waited_max_s = max(self.waited_max_s, waited)
+            self._cv.notify_all()  # the next in line may fit a free slot too
+        return True
+
+    def release(self) -> None:
+        with self._cv:
+            self._busy -= 1
+            self._cv.notify_all()
+
+    def stats(self) -> dict[str, Any]:
+        with self._cv:
+            return {
+                "slots": self.slots,
+                "granted": self.granted,
+                "abandoned": self.abandoned,
+                "waited_s_mean": round(self.waited_s / self.granted, 3) if self.granted else None,
+                "waited_s_max": round(self.waited_max_s, 3),
+            }
+
+
+# One gate per process: K measurements in one worker share it. A slot per core: a check is a
+# few tens of ms of interpreter work, and more at once than cores only contend for the lock.
+CHECKS = CheckGate(os.cpu_count() or 1)
 
 
 class _Watcher:
@@ -406,17 +467,17 @@ class _Watcher:
             # even holding all of it is not made (rule.useful), nor its capture read.
             if not self.rule.useful(time.monotonic() - t0):
                 continue
-            # At most one check per core classifies at once, process-wide: with K measurements
-            # in one worker their checks would otherwise contend for the interpreter together.
-            # A check that finds no slot within its interval is skipped (counted): the stop
-            # comes later, never on fewer equal verdicts.
-            if not _CHECK_SLOTS.acquire(timeout=every):
-                self.record["skipped_busy"] = self.record.get("skipped_busy", 0) + 1
-                continue
+            # Process-wide, checks take turns (CheckGate): one waits, however long, until its
+            # turn or the downloads' end; the next falls due one interval after it ran.
+            waited = time.monotonic()
+            if not CHECKS.acquire(lambda: all(f.done() for f in futures)):
+                return
+            self.record["waited_s"] = round(self.record.get("waited_s", 0.0) + time.monotonic() - waited, 3)
             try:
                 self._check(history, t0)
             finally:
-                _CHECK_SLOTS.release()
+                CHECKS.release()
+            due = time.monotonic()
             if self.stop.is_set():
                 return
 

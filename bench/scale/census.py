@@ -74,6 +74,10 @@ def _census_child(args: argparse.Namespace) -> int:
     from ccscope.classifier.core import _load_model
 
     _load_model(None)
+    from ccscope.capture import measure
+
+    if args.check_slots:
+        measure.CHECKS = measure.CheckGate(args.check_slots)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     rc0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     rep = run_census(
@@ -151,6 +155,8 @@ def _census_child(args: argparse.Namespace) -> int:
                 if evidence_bytes
                 else None,
                 "accuracy": acc,
+                # Adaptive stopping's checks: granted in turn, how long they waited for a slot.
+                "checks": measure.CHECKS.stats(),
             }
         )
     )
@@ -224,6 +230,8 @@ def _census_run(
         argv += ["--store-url", store_url]
     if sites:
         argv += ["--census-sites", str(sites)]
+    if getattr(args, "check_slots", None):
+        argv += ["--check-slots", str(args.check_slots)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     out = proc.stdout.read()

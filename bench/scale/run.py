@@ -91,6 +91,9 @@ def main() -> int:
     ap.add_argument("--pg-from", type=int, default=PG_FROM_K, help="sweep: PostgreSQL from this K on")
     ap.add_argument("--cpu-k", type=int, default=8, help="cpu: sites measured at once")
     ap.add_argument("--cpu-label", default="cpu_breakdown", help="cpu: the key the breakdown goes under")
+    ap.add_argument(
+        "--check-slots", type=int, help="sweep, steady: adaptive stopping's checks at once (default: cores)"
+    )
     ap.add_argument("--census-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store-url", help=argparse.SUPPRESS)

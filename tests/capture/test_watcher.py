@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 
-from ccscope.capture.measure import _Watcher
+from ccscope.capture.measure import CheckGate, _Watcher
 from ccscope.classifier.stopping import StoppingRule
 from ccscope.verdict import Verdict
 
@@ -61,7 +61,7 @@ def test_slow_checks_do_not_outlive_the_downloads(tmp_path: Path) -> None:
 
 def test_checks_share_the_cores(tmp_path: Path) -> None:
     """More watchers than cores: at most one check per core classifies at once; the rest wait
-    for a slot or skip a check, and each still stops when its verdict settles."""
+    their turn, and each still stops when its verdict settles."""
     import os
 
     busy, peak, lock = [0], [0], threading.Lock()
@@ -86,3 +86,52 @@ def test_checks_share_the_cores(tmp_path: Path) -> None:
     assert all(not t.is_alive() for t in threads)
     assert all(stop.is_set() and w.record["settled"] for w, stop in ws)
     assert peak[0] <= (os.cpu_count() or 1)
+
+
+def test_gate_grants_in_turn_and_drops_none() -> None:
+    """Checks that fall due while the slots are busy are granted in the order they fell due,
+    each exactly once; a waiter whose downloads ended leaves the queue without a slot."""
+    gate = CheckGate(1)
+    order: list[int] = []
+    assert gate.acquire(lambda: False)  # the slot is busy from here
+    ended = threading.Event()
+    threads = []
+    for i in range(5):
+
+        def wait(i: int = i) -> None:
+            if gate.acquire(lambda: False):
+                order.append(i)
+                time.sleep(0.01)
+                gate.release()
+
+        threads.append(threading.Thread(target=wait))
+        threads[-1].start()
+        time.sleep(0.05)  # each falls due after the one before
+    gone = threading.Thread(target=lambda: order.append(-1) if gate.acquire(ended.is_set) else None)
+    gone.start()
+    time.sleep(0.05)
+    ended.set()  # its downloads end while it waits: it leaves without a check
+    gone.join(timeout=5)
+    gate.release()
+    for t in threads:
+        t.join(timeout=5)
+    assert order == [0, 1, 2, 3, 4]
+    st = gate.stats()
+    assert st["granted"] == 6 and st["abandoned"] == 1
+
+
+def test_busy_checks_are_late_not_lost(tmp_path: Path) -> None:
+    """With every slot held by others for longer than the interval, a watcher's check waits
+    and is then made (before, it was dropped), so its verdict still settles."""
+    from ccscope.capture import measure
+
+    rule = StoppingRule(every_s=0.02, min_s=0.0, stable=2, min_p=0.5)
+    w, stop = _watcher(tmp_path, lambda traces: Verdict("cubic", "cca", 0.9, "", "test"), rule)
+    held = [measure.CHECKS.acquire(lambda: False) for _ in range(measure.CHECKS.slots)]
+    threading.Timer(0.5, lambda: [measure.CHECKS.release() for _ in held]).start()
+    never: list[Future[None]] = [Future()]
+    t = threading.Thread(target=w.run, args=(never,))
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive() and stop.is_set() and w.record["settled"]
+    assert w.record["waited_s"] >= 0.4
