@@ -632,6 +632,7 @@ def collect(
     if sizes:
         nginx.ensure_objects(sizes)
     pool = ThreadPoolExecutor(max(1, concurrency))
+    interrupted = threading.Event()
     budget = _Budget(float(max(1, concurrency)))
     lock = threading.Lock()
     t0 = time.monotonic()
@@ -649,6 +650,8 @@ def collect(
             bar.advance(st)
 
     def run_group(key: tuple[Any, ...], gjobs: list[DrawJob], instance: int) -> None:
+        if interrupted.is_set():
+            return
         sv = gjobs[0].draw.server
         lab_dir = Path(f"{state_prefix}{instance}")
         lab = Lab(lab_dir)
@@ -673,18 +676,22 @@ def collect(
             return
         try:
 
-            def one_job(j: DrawJob) -> dict[str, Any]:
+            def one_job(j: DrawJob) -> dict[str, Any] | None:
+                if interrupted.is_set():
+                    return None  # never started: not recorded, so a resumed run measures it
                 with budget.take(job_cost(j.draw, concurrency, quic=j.transport == "quic")):
+                    if interrupted.is_set():
+                        return None
                     return run_job(j, root, lab_dir, st.get("cross_sources"), keep_pcap=keep_pcap)
 
             futs = [pool.submit(one_job, j) for j in gjobs]
             for j, fu in zip(gjobs, futs, strict=True):
                 try:
-                    record(fu.result())
+                    rec = fu.result()
                 except Exception as e:
-                    record(
-                        _record(j, {"status": "failed", "reason": f"{type(e).__name__}: {e}", "slots": {}})
-                    )
+                    rec = _record(j, {"status": "failed", "reason": f"{type(e).__name__}: {e}", "slots": {}})
+                if rec is not None:
+                    record(rec)
         finally:
             with contextlib.suppress(Exception):
                 lab.down()
@@ -693,26 +700,54 @@ def collect(
     cond = threading.Condition()
     running: list[Future[None]] = []
     with ThreadPoolExecutor(len(instances)) as gpool:
-        for key, gjobs in sorted(groups.items(), key=lambda kv: str(kv[0])):
-            with cond:
-                cond.wait_for(lambda: bool(free))
-                inst = free.pop(0)
-
-            def one(k: tuple[Any, ...] = key, g: list[DrawJob] = gjobs, i: int = inst) -> None:
-                try:
-                    run_group(k, g, i)
-                finally:
-                    with cond:
-                        free.append(i)
-                        cond.notify_all()
-
-            running.append(gpool.submit(one))
-        for fu in running:
-            fu.result()
+        try:
+            _run_groups(groups, gpool, running, free, cond, run_group)
+        except KeyboardInterrupt:
+            # Ctrl-C (or SIGTERM): no job starts from here; the ones running are bounded by
+            # their own timeouts, finish and are recorded, so a resumed run measures exactly
+            # what never ran. Their labs come down as their groups end.
+            interrupted.set()
+            n = sum(not fu.done() for fu in running)
+            print(
+                f"collect: interrupted: no new job starts; {n} lab group(s) finish their running "
+                "jobs, then it stops (run it again to resume)",
+                file=sys.stderr,
+            )
+            for fu in running:
+                with contextlib.suppress(Exception):
+                    fu.result()
+            raise
     pool.shutdown()
     bar.close()
     summ.wall_s = round(time.monotonic() - t0, 1)
     return summ
+
+
+def _run_groups(
+    groups: dict[tuple[Any, ...], list[DrawJob]],
+    gpool: ThreadPoolExecutor,
+    running: list[Future[None]],
+    free: list[int],
+    cond: threading.Condition,
+    run_group: Any,
+) -> None:
+    """Each server group on the next free lab instance, until every group has run."""
+    for key, gjobs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        with cond:
+            cond.wait_for(lambda: bool(free))
+            inst = free.pop(0)
+
+        def one(k: tuple[Any, ...] = key, g: list[DrawJob] = gjobs, i: int = inst) -> None:
+            try:
+                run_group(k, g, i)
+            finally:
+                with cond:
+                    free.append(i)
+                    cond.notify_all()
+
+        running.append(gpool.submit(one))
+    for fu in running:
+        fu.result()
 
 
 class _Budget:
