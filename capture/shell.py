@@ -6,6 +6,7 @@ collects what the emulator leaves behind (pcap, stats JSON, exit status).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ccscope.capture.binaries import find_built
+from ccscope.capture.host import cpu_times, steal_between
 from ccscope.errors import EXIT_SETUP, ShellError
 from ccscope.profile import Profile
 from ccscope.settings import settings
@@ -107,6 +109,7 @@ def run_in_shell(
     argv = shell_command(
         cmd, profile, pcap=pcap, stats=stats, hosts=hosts, extra=extra, outer=outer, layers=layers
     )
+    cpu0 = cpu_times()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stopped = threading.Event()
     if stop is not None:
@@ -139,6 +142,11 @@ def run_in_shell(
             stats_doc = json.loads(stats.read_text())
         except (OSError, ValueError):
             stats_doc = None
+    if isinstance(stats_doc, dict) and stats is not None:
+        # Beside the emulator's own figures: what the hypervisor took meanwhile (capture/host.py).
+        stats_doc["host"] = steal_between(cpu0, cpu_times())
+        with contextlib.suppress(OSError):
+            stats.write_text(json.dumps(stats_doc))
     run = ShellRun(
         proc.returncode,
         out,

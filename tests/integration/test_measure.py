@@ -91,3 +91,7 @@ def test_command_killed_inside_shell_tears_down(lab_up, tmp_path):
     assert r.returncode == 137
     assert r.stats is not None and pcap.exists()
     assert not leftovers_of(r.stats)
+    # What the hypervisor took meanwhile sits beside the emulator's figures, in the file too.
+    host = r.stats["host"]
+    assert host["steal_s"] >= 0 and 0 <= host["steal_share"] <= 1
+    assert json.loads((tmp_path / "s.json").read_text())["host"] == host
