@@ -61,6 +61,9 @@ class ProfileRun:
     # lab_down...), so that the workers decide retries on it rather than on the message.
     error_kind: str | None = None
     stopped: bool = False  # ended early by adaptive stopping: a cut download, on purpose
+    # How well the emulator kept its timing (release lateness p99, both directions' worse) and
+    # what the hypervisor took from the machine meanwhile (capture/host.py).
+    timing: dict[str, Any] | None = None
 
 
 def bif_errors(groundtruth: dict[str, Any] | None) -> tuple[float | None, float | None, float | None]:
@@ -75,6 +78,41 @@ def bif_errors(groundtruth: dict[str, Any] | None) -> tuple[float | None, float 
             snd.get("mae_pct_bdp"),
         )
     return cap.get("mae_pct_bdp_resolved"), snd.get("mae_pct_bdp_resolved"), snd.get("mae_pct_bdp")
+
+
+def shell_timing(stats: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The emulator's release lateness p99 (ms, the worse direction) and the host's steal."""
+    if not isinstance(stats, dict):
+        return None
+    p99 = [
+        float(v)
+        for d in ("down", "up")
+        if isinstance(v := ((stats.get(d) or {}).get("lateness_us") or {}).get("p99"), int | float)
+    ]
+    host = stats.get("host") or {}
+    return {
+        "lateness_p99_ms": round(max(p99) / 1000, 3) if p99 else None,
+        "host_steal_s": host.get("steal_s"),
+    }
+
+
+def timing_warning(profile: str, timing: dict[str, Any] | None, limit_ms: float = 1.0) -> str | None:
+    """One line for a person when the emulator released packets late, saying whether the
+    hypervisor froze the machine meanwhile; None when the timing held."""
+    late = (timing or {}).get("lateness_p99_ms")
+    if late is None or late < limit_ms:
+        return None
+    steal = (timing or {}).get("host_steal_s")
+    if steal is None:
+        why = "the hypervisor's steal could not be read"
+    elif steal > 0:
+        why = (
+            f"the hypervisor took {steal:.2f} CPU-s from this machine meanwhile (a frozen VM, "
+            "not the emulator falling behind)"
+        )
+    else:
+        why = "no hypervisor steal: this machine's own load delayed it"
+    return f"timing: profile {profile}'s emulator released 1 % of packets >= {late:.1f} ms late; {why}"
 
 
 def format_pct(x: float | None) -> str:
@@ -181,6 +219,7 @@ def measure_profile(
     )
     run.fetch = client_result(sh.stdout)
     run.stopped = sh.stopped
+    run.timing = shell_timing(sh.stats)
     fetch_failed = sh.returncode != 0
     if fetch_failed:
         run.error = run.fetch.get("error") or sh.stderr.strip()[-300:] or f"exit {sh.returncode}"

@@ -102,7 +102,7 @@ def _stopping_rule() -> Any:
 
 
 def format_measurement(d: dict[str, Any]) -> str:
-    from ccscope.capture.measure import bif_errors, format_pct
+    from ccscope.capture.measure import bif_errors, format_pct, timing_warning
 
     lines = [f"{d['url']}  run {d['run_id']}  -> {d['out_dir']}"]
     hdr = f"{'profile':<8}{'ok':<5}{'bytes':>9}{'secs':>7}{'points':>8}{'maxBiF':>8}{'retx':>6}"
@@ -124,6 +124,8 @@ def format_measurement(d: dict[str, Any]) -> str:
         lines.append(row)
         if r.get("error"):
             lines.append(f"         error: {r['error']}")
+        if warn := timing_warning(r["profile"], r.get("timing")):
+            lines.append(f"         {warn}")
     if gt and d.get("transport", "tcp") == "quic":
         lines.append(
             "err = mean |BiF estimated from the encrypted capture - BiF in the server's qlog| over "

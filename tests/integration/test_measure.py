@@ -29,6 +29,8 @@ def test_measure_lab_cubic_profile_a(lab_up, tmp_path):
     assert t.internet_rtt_ms == pytest.approx(2 * lab_up.delay_ms, abs=3)
     assert t.base_rtt_ms == pytest.approx(100 + 2 * lab_up.delay_ms + 6.1, abs=3)
     assert t.bif.max() > 0 and np.all(t.bif >= 0)
+    # The emulator's timing and the hypervisor's steal, read from the shell's stats.
+    assert run.timing["lateness_p99_ms"] is not None and run.timing["host_steal_s"] >= 0
     g = run.groundtruth
     assert g and g["cca"] == "cubic"
     assert g["sender"]["mae_pct_bdp"] < 10.0, g["sender"]
