@@ -73,6 +73,12 @@ class CheckResult:
         else:
             conf = f"  (confidence {v.confidence:.2f}, {v.classifier_version})"
             lines += [f"verdict: {v.display}{conf}", "", v.explanation]
+        from ccscope.capture.measure import timing_warning
+
+        # A verdict read from distorted timing says so, with the likely cause.
+        for r in self.measurement.get("runs", []):
+            if warn := timing_warning(r.get("profile", "?"), r.get("timing")):
+                lines.append(warn)
         lines.append("")
         if self.plot:
             lines.append(f"plot:   {self.plot}")

@@ -46,3 +46,13 @@ def test_measure_output_carries_the_warning() -> None:
         {"url": "http://x.lab.test/o", "run_id": "r", "out_dir": "/tmp/r", "runs": [run]}
     )
     assert "timing: profile B" in text and "frozen VM" in text
+
+
+def test_check_output_carries_the_warning() -> None:
+    from ccscope.check import CheckResult
+
+    run = {"profile": "A", "timing": shell_timing(_stats(40_000, 10, 0.8))}
+    res = CheckResult(
+        "cubic.lab.test", "http://cubic.lab.test/o", None, "/tmp/r", {"runs": [run]}, None, None
+    )
+    assert "timing: profile A" in res.format() and "0.80 CPU-s" in res.format()
