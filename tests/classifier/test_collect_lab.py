@@ -126,11 +126,17 @@ def test_interrupt_stops_new_jobs_and_resumes(tmp_path: Path) -> None:
                 return
             time.sleep(0.05)
 
-    threading.Thread(target=interrupt_after_first_record, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        collect(
-            jobs, tmp_path, concurrency=1, instances=[INSTANCE], state_prefix=STATE_PREFIX, progress=False
-        )
+    # A run started in the background inherits SIGINT ignored (as `make test &` or a CI runner
+    # may): take Ctrl-C's own handler for this test.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_after_first_record, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            collect(
+                jobs, tmp_path, concurrency=1, instances=[INSTANCE], state_prefix=STATE_PREFIX, progress=False
+            )
+    finally:
+        signal.signal(signal.SIGINT, before)
     idx = load_index(tmp_path)
     # The first job, and at most the one that had started when the signal came: never all.
     assert 1 <= len(idx) <= 2 and all(r["status"] == "ok" for r in idx.values()), idx
