@@ -46,7 +46,7 @@ def steal_between(a: CpuTimes | None, b: CpuTimes | None) -> dict[str, Any] | No
     share of all CPU time in that span."""
     if a is None or b is None or b.total < a.total or b.steal < a.steal:
         return None
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    tick = os.sysconf("SC_CLK_TCK")
     span = b.total - a.total
     return {
         "steal_s": round((b.steal - a.steal) / tick, 3),

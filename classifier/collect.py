@@ -324,17 +324,6 @@ def _lateness_p99(stats: Path) -> float | None:
     return max(known) if known else None
 
 
-def _host_steal_s(stats: Path) -> float | None:
-    """CPU seconds the hypervisor took from this machine while the shell ran (capture/host.py):
-    beside the lateness, it tells a frozen vCPU from an emulator that fell behind."""
-    try:
-        host = json.loads(stats.read_text()).get("host") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    v = host.get("steal_s")
-    return float(v) if isinstance(v, int | float) else None
-
-
 def _record(job: DrawJob, res: dict[str, Any]) -> dict[str, Any]:
     from ccscope.classifier.dataset import VARIANTS, label_of
 
@@ -440,7 +429,9 @@ def _inner_job(spec_file: Path) -> int:
                 "bif_error": r.groundtruth,
             })  # fmt: skip
             s["lateness_p99_us"] = _lateness_p99(out / f"{slot}.stats.json")
-            s["host_steal_s"] = _host_steal_s(out / f"{slot}.stats.json")
+            # Beside the lateness, the hypervisor's steal tells a frozen vCPU from an emulator
+            # that fell behind (capture/host.py); measure_profile has read it already.
+            s["host_steal_s"] = (r.timing or {}).get("host_steal_s")
             if r.sender_trace_file is None:
                 problems.append(f"{slot}: no trace ({r.error})")
                 continue

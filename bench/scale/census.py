@@ -232,7 +232,7 @@ def _census_run(
         argv += ["--store-url", store_url]
     if sites:
         argv += ["--census-sites", str(sites)]
-    if getattr(args, "check_slots", None):
+    if args.check_slots:
         argv += ["--check-slots", str(args.check_slots)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None

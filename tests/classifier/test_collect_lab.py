@@ -67,6 +67,7 @@ def test_smoke_collection(tmp_path: Path) -> None:
         assert rec["status"] == "ok" and rec["split"] == "test" and rec["label"] in ("reno/dctcp", "bbr")
         assert c.Draw.from_dict(rec["draw"]) == j.draw
         assert rec["lateness_p99_us"] is not None and rec["slots"]["A"]["lateness_p99_us"] is not None
+        assert rec["slots"]["A"]["host_steal_s"] >= 0  # the hypervisor's steal over the shell's run
         for slot in ("A", "B"):
             s = rec["slots"][slot]
             assert not s["capped"] and s["bytes"] >= j.draw.server.object_bytes
