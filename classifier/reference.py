@@ -39,7 +39,7 @@ from ccscope.classifier.dataset import VARIANTS, trained_ccas
 MILD_P = 0.25
 N_TRAIN = 80
 N_RUNS = 4
-N_UNSEEN = 12
+N_UNSEEN = 16
 N_VARIANTS = 16
 N_VARIANTS_DESIGN = 8
 N_OTHER = 6
