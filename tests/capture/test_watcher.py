@@ -111,6 +111,7 @@ def test_gate_grants_in_turn_and_drops_none() -> None:
     gone.start()
     time.sleep(0.05)
     ended.set()  # its downloads end while it waits: it leaves without a check
+    gate.wake()
     gone.join(timeout=5)
     gate.release()
     for t in threads:
@@ -135,3 +136,46 @@ def test_busy_checks_are_late_not_lost(tmp_path: Path) -> None:
     t.join(timeout=10)
     assert not t.is_alive() and stop.is_set() and w.record["settled"]
     assert w.record["waited_s"] >= 0.4
+
+
+def test_downloads_ending_wake_a_waiting_watcher(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A watcher queued behind busy slots leaves as soon as its downloads end: the end wakes it,
+    nothing has to poll (a gate that re-reads only every 60 s would otherwise hold it)."""
+    from ccscope.capture import measure
+
+    class NoPoll(CheckGate):
+        def acquire(self, abandon, poll_s: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
+            return super().acquire(abandon, poll_s)
+
+    gate = NoPoll(1)
+    monkeypatch.setattr(measure, "CHECKS", gate)
+    assert gate.acquire(lambda: False)  # every slot busy for the whole test
+    rule = StoppingRule(every_s=0.02, min_s=0.0, stable=2, min_p=0.5)
+    w, stop = _watcher(tmp_path, lambda traces: Verdict("cubic", "cca", 0.9, "", "test"), rule)
+    downloads: list[Future[None]] = [Future(), Future()]
+    t = threading.Thread(target=w.run, args=(downloads,))
+    t.start()
+    time.sleep(0.3)  # queued by now
+    for f in downloads:
+        f.set_result(None)
+    t.join(timeout=20)
+    assert not t.is_alive() and not stop.is_set()
+    assert gate.stats()["abandoned"] == 1
+    gate.release()
+
+
+def test_stop_signal_calls_back_once_and_forgets_unsubscribed() -> None:
+    """A shell subscribed to the stop signal is ended when it is set (once), one subscribing
+    after it was set is ended at once, and an unsubscribed one (its command already over) is
+    left alone."""
+    from ccscope.capture.shell import StopSignal
+
+    sig = StopSignal()
+    calls: list[str] = []
+    sig.subscribe(lambda: calls.append("a"))
+    gone = sig.subscribe(lambda: calls.append("gone"))
+    sig.unsubscribe(gone)
+    sig.set()
+    sig.set()  # a second set calls nobody again
+    assert sig.subscribe(lambda: calls.append("late")) is None
+    assert calls == ["a", "late"] and sig.is_set()
