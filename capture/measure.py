@@ -414,6 +414,7 @@ class CheckGate:
         with self._cv:
             return {
                 "slots": self.slots,
+                "waiting": len(self._queue),
                 "granted": self.granted,
                 "abandoned": self.abandoned,
                 "waited_s_mean": round(self.waited_s / self.granted, 3) if self.granted else None,

@@ -155,7 +155,10 @@ def test_downloads_ending_wake_a_waiting_watcher(tmp_path: Path, monkeypatch) ->
     downloads: list[Future[None]] = [Future(), Future()]
     t = threading.Thread(target=w.run, args=(downloads,))
     t.start()
-    time.sleep(0.3)  # queued by now
+    deadline = time.monotonic() + 20
+    while gate.stats()["waiting"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gate.stats()["waiting"] == 1  # queued behind the busy slot
     for f in downloads:
         f.set_result(None)
     t.join(timeout=20)
