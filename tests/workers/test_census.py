@@ -157,12 +157,22 @@ def test_vantage_access_path_is_crossed(
         [VantageSpec("near"), VantageSpec("far", ("--delay", "40"))],
         profiles=("A",), lab=True, concurrency=2, truth=lab_truth(census_lab.dir),
     )  # fmt: skip
-    rtt = {}
+    rtt, steal = {}, {}
     for r in rep.results:
         m = store.get_measurement(r.measurement_id)
-        rtt[r.vantage] = Trace.from_dict(json.loads(store.read_trace(m.traces[0].sha256))).internet_rtt_ms
+        t = Trace.from_dict(json.loads(store.read_trace(m.traces[0].sha256)))
+        rtt[r.vantage] = t.internet_rtt_ms
+        steal[r.vantage] = ((t.extra.get("link_stats") or {}).get("host") or {}).get("steal_s")
     # The lab path is 2 x 10 ms; "far" adds 2 x 40 ms in front of the profile's bottleneck.
-    assert 18 <= rtt["near"] <= 30 and 95 <= rtt["far"] <= 110, rtt
+    assert all(v is not None for v in steal.values()), steal  # every shell records the steal
+    # Floors always hold: an added delay is never skipped.
+    assert rtt["near"] >= 18 and rtt["far"] >= 95, rtt
+    # Ceilings only where the VM did not freeze during that shell: the RTT is one SYN/SYN-ACK
+    # sample, and a ~100 ms freeze of the whole VM (capture/host.py) lands in it whole (a
+    # fresh-clone CI read far = 189 ms once).
+    for vantage, ceiling in (("near", 30), ("far", 110)):
+        if steal[vantage] is not None and steal[vantage] < 0.05:
+            assert rtt[vantage] <= ceiling, (rtt, steal)
 
 
 def test_lab_names_inside_a_shell_follow_the_shells_hosts(
