@@ -36,3 +36,14 @@ def leftovers_of(stats: dict) -> list[str]:
     if sh["outer_dev"] in ccs_devices() and (holder == pid or holder is None):
         left.append(sh["outer_dev"])
     return left
+
+
+FREEZE_STEAL_S = 0.05  # the VM's freezes come in ~100 ms chunks of steal (capture/host.py)
+
+
+def vm_froze(run: object) -> bool:
+    """Whether the hypervisor took CPU from the VM while a profile's shell ran: a ~100 ms freeze
+    lands whole in a one-sample figure such as the handshake's RTT, so such a figure's ceiling
+    is only asserted on a run that did not freeze (its floor always is)."""
+    steal = (getattr(run, "timing", None) or {}).get("host_steal_s")
+    return steal is None or steal >= FREEZE_STEAL_S

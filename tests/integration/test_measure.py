@@ -10,7 +10,7 @@ from ccscope.capture.measure import measure
 from ccscope.capture.shell import run_in_shell
 from ccscope.profile import get_profile
 from ccscope.trace import Trace
-from tests.netutil import CCSCOPE, leftovers_of
+from tests.netutil import CCSCOPE, leftovers_of, vm_froze
 
 pytestmark = pytest.mark.netns
 
@@ -26,7 +26,9 @@ def test_measure_lab_cubic_profile_a(lab_up, tmp_path):
     assert len(t.t) > 1500
     # Internet path = 2 x the lab's one-way delay; base RTT adds profile A's 2 x 50 ms and the
     # serialisation of one 100-byte segment (4 ms) and one 52-byte ACK (~2 ms) at 200 kbit/s.
-    assert t.internet_rtt_ms == pytest.approx(2 * lab_up.delay_ms, abs=3)
+    assert t.internet_rtt_ms is not None and t.internet_rtt_ms >= 2 * lab_up.delay_ms - 3
+    if not vm_froze(run):  # one handshake sample: a VM freeze lands in it whole
+        assert t.internet_rtt_ms == pytest.approx(2 * lab_up.delay_ms, abs=3)
     assert t.base_rtt_ms == pytest.approx(100 + 2 * lab_up.delay_ms + 6.1, abs=3)
     assert t.bif.max() > 0 and np.all(t.bif >= 0)
     # The emulator's timing and the hypervisor's steal, read from the shell's stats.

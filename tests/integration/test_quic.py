@@ -17,7 +17,7 @@ from ccscope.lab.lab import Lab, LabParams
 from ccscope.lab.quic.registry import QUICHE_SERVER, available_servers
 from ccscope.trace import Trace
 from tests.lab.lab_testkit import netns, running_lab
-from tests.netutil import CCSCOPE
+from tests.netutil import CCSCOPE, vm_froze
 
 pytestmark = pytest.mark.netns
 
@@ -66,7 +66,9 @@ def test_measure_quic_against_each_stack(quic_lab: Lab, tmp_path: Path, host: st
     t = Trace.load(run.sender_trace_file)
     assert t.transport == "quic" and t.flow.server_port == 443
     assert t.profile is not None and t.profile["mtu"] == 1280
-    assert t.internet_rtt_ms == pytest.approx(20, abs=6)
+    assert t.internet_rtt_ms is not None and t.internet_rtt_ms >= 14
+    if not vm_froze(run):  # one handshake sample: a VM freeze lands in it whole
+        assert t.internet_rtt_ms == pytest.approx(20, abs=6)
     assert run.estimator is not None and run.estimator["estimator"] == "client"
     assert run.bytes >= 400_000
     g = run.groundtruth
