@@ -166,7 +166,7 @@ def measure_profile(
     keep_pcap: bool = True,
     setup_slack: float = 15.0,
     transport: str = "tcp",
-    stop: threading.Event | None = None,
+    stop: StopSignal | None = None,
     groundtruth: bool = True,
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
@@ -441,7 +441,7 @@ class _Watcher:
         transport: str,
         rule: StoppingRule,
         classify: Callable[[Sequence[Trace]], Verdict] | None,
-        stop: threading.Event,
+        stop: StopSignal,
     ) -> None:
         tr = get_transport(transport)
         self.url, self.out, self.tr, self.rule, self.stop = url, out, tr, rule, stop

@@ -80,7 +80,7 @@ class StopSignal(threading.Event):
     A shell subscribes to end its command the moment it is set, so no thread per shell polls
     the event (two shells per measurement at 10 Hz each were hundreds of wake-ups a second in
     a loaded worker), and the download ends the moment the verdict settles, not up to 100 ms
-    later. A plain Event still works: the shell then polls it as before."""
+    later."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -139,7 +139,7 @@ def run_in_shell(
     outer: Sequence[str] = (),
     layers: Sequence[Sequence[str]] = (),
     timeout: float | None = None,
-    stop: threading.Event | None = None,
+    stop: StopSignal | None = None,
 ) -> ShellRun:
     """Run `cmd` inside a fresh shell and wait for it; never leaves the shell behind. Setting
     `stop` ends the command early: the emulator passes SIGTERM on to it (the fetch client then
@@ -157,17 +157,8 @@ def run_in_shell(
             stopped.set()
             proc.terminate()
 
-    if isinstance(stop, StopSignal):
+    if stop is not None:
         token = stop.subscribe(end)
-    elif stop is not None:
-
-        def watch() -> None:
-            while proc.poll() is None:
-                if stop.wait(0.1):
-                    end()
-                    return
-
-        threading.Thread(target=watch, name="shell-stop", daemon=True).start()
     timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -182,7 +173,7 @@ def run_in_shell(
             out, err = proc.communicate()
         err += f"\nccscope: command timed out after {timeout:g} s"
     finally:
-        if isinstance(stop, StopSignal):
+        if stop is not None:
             stop.unsubscribe(token)
     stats_doc = None
     if stats is not None and stats.exists():

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ccscope.capture.measure import CheckGate, _Watcher
+from ccscope.capture.shell import StopSignal
 from ccscope.classifier.stopping import StoppingRule
 from ccscope.verdict import Verdict
 
@@ -25,8 +26,8 @@ class _Growing(_Watcher):
         return SimpleNamespace(duration=time.monotonic() - self.t0)
 
 
-def _watcher(tmp_path: Path, classify, rule: StoppingRule) -> tuple[_Growing, threading.Event]:  # type: ignore[no-untyped-def]
-    stop = threading.Event()
+def _watcher(tmp_path: Path, classify, rule: StoppingRule) -> tuple[_Growing, StopSignal]:  # type: ignore[no-untyped-def]
+    stop = StopSignal()
     w = _Growing("http://s.lab.test/x", ("A", "B"), tmp_path, "tcp", rule, classify, stop)
     w.t0 = time.monotonic()
     return w, stop
@@ -171,8 +172,6 @@ def test_stop_signal_calls_back_once_and_forgets_unsubscribed() -> None:
     """A shell subscribed to the stop signal is ended when it is set (once), one subscribing
     after it was set is ended at once, and an unsubscribed one (its command already over) is
     left alone."""
-    from ccscope.capture.shell import StopSignal
-
     sig = StopSignal()
     calls: list[str] = []
     sig.subscribe(lambda: calls.append("a"))

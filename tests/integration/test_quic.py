@@ -67,6 +67,7 @@ def test_measure_quic_against_each_stack(quic_lab: Lab, tmp_path: Path, host: st
     assert t.transport == "quic" and t.flow.server_port == 443
     assert t.profile is not None and t.profile["mtu"] == 1280
     assert t.internet_rtt_ms is not None and t.internet_rtt_ms >= 14
+    assert run.timing is not None and run.timing["host_steal_s"] >= 0  # so vm_froze can tell
     if not vm_froze(run):  # one handshake sample: a VM freeze lands in it whole
         assert t.internet_rtt_ms == pytest.approx(20, abs=6)
     assert run.estimator is not None and run.estimator["estimator"] == "client"
