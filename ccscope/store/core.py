@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from ccscope.store.common import (
     aware,
     normalize_domain,
 )
+from ccscope.store.heartbeat import Claim, Heartbeats
 from ccscope.store.models import (
     Campaign,
     CensusCount,
@@ -163,6 +163,9 @@ class Store(Queries):
         from ccscope.store.migrate import upgrade
 
         upgrade(self.engine)
+
+    _heartbeats: Heartbeats | None = None
+    _heartbeats_lock = threading.Lock()  # shared by all stores: taken once per measurement
 
     def close(self) -> None:
         self.engine.dispose()
@@ -698,32 +701,51 @@ class Store(Queries):
         False when the lease is no longer `holder`'s (it lapsed and another took it) or the row
         was requeued as dead: the caller's run lost its claim. A row already finished (its
         run's last write came before this beat) is True: nothing was lost."""
+        with self.sessions.begin() as s:
+            alive = self._beat(s, measurement_id, holder, lease_seconds, utcnow())
+        if alive is None:
+            raise NotFound(f"no measurement {measurement_id}")
+        return alive
+
+    def heartbeat_many(self, claims: Sequence[Claim]) -> dict[int, bool]:
+        """`heartbeat` for many running measurements in one transaction (one connection): the
+        beats of a whole worker. A measurement that no longer exists has lost its claim."""
         now = utcnow()
         with self.sessions.begin() as s:
-            site_id = s.scalar(select(Measurement.site_id).where(Measurement.id == measurement_id))
-            if site_id is None:
-                raise NotFound(f"no measurement {measurement_id}")
-            lease = s.execute(
-                update(SiteState)
-                .where(SiteState.site_id == site_id, SiteState.lease_holder == holder)
-                .values(lease_expires_at=now + dt.timedelta(seconds=lease_seconds))
-                .execution_options(synchronize_session=False)
-            )
-            if lease.rowcount != 1:  # type: ignore[attr-defined]
-                return False  # not ours any more: leave the row to go stale and be requeued
-            alive = s.execute(
-                update(Measurement)
-                # captured: the run is classifying; it is alive, though no longer "running".
-                .where(Measurement.id == measurement_id, Measurement.state.in_(("running", "captured")))
-                .values(heartbeat_at=now)
-                .execution_options(synchronize_session=False)
-            )
-            if alive.rowcount == 1:  # type: ignore[attr-defined]
-                return True
-            # A beat between the run's last write and the end of its keep_alive finds the row
-            # finished: the run is not lost (under load that window is wide).
-            state = s.scalar(select(Measurement.state).where(Measurement.id == measurement_id))
-            return state in FINISHED
+            return {
+                c.measurement_id: bool(self._beat(s, c.measurement_id, c.holder, c.lease_seconds, now))
+                # in id order, as other many-row writes go: no lock-order cycles between them
+                for c in sorted(claims, key=lambda c: c.measurement_id)
+            }
+
+    @staticmethod
+    def _beat(
+        s: Session, measurement_id: int, holder: str, lease_seconds: float, now: dt.datetime
+    ) -> bool | None:
+        site_id = s.scalar(select(Measurement.site_id).where(Measurement.id == measurement_id))
+        if site_id is None:
+            return None
+        lease = s.execute(
+            update(SiteState)
+            .where(SiteState.site_id == site_id, SiteState.lease_holder == holder)
+            .values(lease_expires_at=now + dt.timedelta(seconds=lease_seconds))
+            .execution_options(synchronize_session=False)
+        )
+        if lease.rowcount != 1:  # type: ignore[attr-defined]
+            return False  # not ours any more: leave the row to go stale and be requeued
+        alive = s.execute(
+            update(Measurement)
+            # captured: the run is classifying; it is alive, though no longer "running".
+            .where(Measurement.id == measurement_id, Measurement.state.in_(("running", "captured")))
+            .values(heartbeat_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if alive.rowcount == 1:  # type: ignore[attr-defined]
+            return True
+        # A beat between the run's last write and the end of its keep_alive finds the row
+        # finished: the run is not lost (under load that window is wide).
+        state = s.scalar(select(Measurement.state).where(Measurement.id == measurement_id))
+        return state in FINISHED
 
     @contextlib.contextmanager
     def keep_alive(
@@ -734,35 +756,21 @@ class Store(Queries):
         every: float,
         max_seconds: float | None = None,
     ) -> Iterator[threading.Event]:
-        """Beat (`heartbeat`) every `every` seconds from a background thread while the block
-        runs. Yields an Event that is set if a beat finds the claim lost. A beat that fails
-        (database briefly away) is logged and retried at the next interval. After `max_seconds`
-        the beats stop: a run stuck past any length a live one can have (a thread blocked for
-        good) lets its row go stale and be run again, instead of holding it and its site."""
-        stop, lost = threading.Event(), threading.Event()
-        until = time.monotonic() + max_seconds if max_seconds is not None else None
-
-        def beat() -> None:
-            while not stop.wait(every):
-                if until is not None and time.monotonic() > until:
-                    log.warning("measurement %s: still running after %.0f s; no more beats", measurement_id,
-                                max_seconds)  # fmt: skip
-                    lost.set()
-                    return
-                try:
-                    if not self.heartbeat(measurement_id, holder, lease_seconds):
-                        log.warning("measurement %s: lost its lease or was requeued", measurement_id)
-                        lost.set()
-                except Exception as e:  # the next beat tries again
-                    log.warning("measurement %s: heartbeat failed: %s", measurement_id, e)
-
-        t = threading.Thread(target=beat, name=f"heartbeat-{measurement_id}", daemon=True)
-        t.start()
+        """Beat (`heartbeat`) every `every` seconds while the block runs; the beats of all the
+        process's running measurements go together, from one thread in one transaction
+        (ccscope/store/heartbeat.py). Yields an Event that is set if a beat finds the claim
+        lost. A beat that fails (database briefly away) is logged and retried at the next
+        interval. After `max_seconds` the beats stop: a run stuck past any length a live one can
+        have (a thread blocked for good) lets its row go stale and be run again, instead of
+        holding it and its site."""
+        with self._heartbeats_lock:
+            if self._heartbeats is None:
+                self._heartbeats = Heartbeats(self.heartbeat_many)
+        claim = self._heartbeats.add(measurement_id, holder, lease_seconds, every, max_seconds)
         try:
-            yield lost
+            yield claim.lost
         finally:
-            stop.set()
-            t.join()
+            self._heartbeats.remove(claim)
 
     # ---- crawler cache ----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -402,3 +403,54 @@ def test_a_run_stuck_past_its_longest_stops_beating(store: Store) -> None:
         assert lost.is_set()
         assert store.requeue_stale(older_than_seconds=1.0) == [m.id]
         assert store.acquire_site("stuck.example", "other", lease_seconds=60)
+
+
+def test_the_beats_of_many_runs_share_one_thread_and_one_transaction(store: Store) -> None:
+    # A worker at K = 128 once beat from 128 threads and ran its connection pool dry, so leases
+    # of live runs lapsed. Forty runs here: one beating thread, one checkout per round of beats.
+    from sqlalchemy import event
+
+    store.add_vantage("paris")
+    domains = [f"s{i}.example" for i in range(40)]
+    store.import_list("many", dt.date(2026, 11, 1), list(enumerate(domains, 1)), "tranco")
+    runs = []
+    for d in domains:
+        m, _ = store.enqueue_measurement(d, "paris", "tcp", f"many-{d}")
+        store.transition(m.id, "running")
+        assert store.acquire_site(d, f"measurement-{m.id}", lease_seconds=2.0)
+        runs.append((m, f"measurement-{m.id}"))
+    checkouts: list[str] = []
+
+    def count(*_: object) -> None:
+        checkouts.append(threading.current_thread().name)
+
+    event.listen(store.engine, "checkout", count)
+    try:
+        with contextlib.ExitStack() as stack:
+            lost = [stack.enter_context(store.keep_alive(m.id, h, 2.0, every=0.3)) for m, h in runs]
+            names = [t.name for t in threading.enumerate()]
+            assert names.count("heartbeats") == 1 and not [n for n in names if n.startswith("heartbeat-")]
+            # Another worker takes one site over once its lease is gone: only that run is lost.
+            store.release_site(domains[7], runs[7][1])
+            assert store.acquire_site(domains[7], "other", lease_seconds=60)
+            time.sleep(3.0)  # past the 2 s lease of every run
+            assert [i for i, e in enumerate(lost) if e.is_set()] == [7]
+            for d in domains[:7] + domains[8:]:
+                assert not store.acquire_site(d, "other", lease_seconds=60)
+    finally:
+        event.remove(store.engine, "checkout", count)
+    # ~10 rounds of beats in 3 s, one connection each; forty threads would have taken ~400.
+    beats = [n for n in checkouts if n == "heartbeats"]
+    assert 5 <= len(beats) <= 20, len(beats)
+    assert all(store.get_measurement(m.id).heartbeat_at is not None for m, _ in runs)
+    assert _gone("heartbeats")  # no run left to beat for: the thread ends
+
+
+def _gone(name: str, wait_s: float = 5.0) -> bool:
+    """The named thread exits once it has nothing left to do."""
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        if not [t for t in threading.enumerate() if t.name == name]:
+            return True
+        time.sleep(0.05)
+    return False
