@@ -417,7 +417,6 @@ class Lab:
                                          cert=str(qcerts.cert), key=str(qcerts.key),
                                          groundtruth_dir=self.gt_dir, large=params.large_bytes)  # fmt: skip
             server_cmd = quic_lab.wrap(qcfg, server_cmd)
-        tables_before = _nft_tables()
         r, w = os.pipe()
         argv = link_argv(
             [*params.link_args(), "--route", prefix,
@@ -469,12 +468,9 @@ class Lab:
             _wait_ready(r, proc, timeout, self.log_file)
             dev, outer = _route_device(specs[0].addr)
             st["link"].update({"device": dev, "outer_addr": outer})
-            # The emulator names its table ccscope_<index>_<pid>; other shells may be starting
-            # at the same moment, so the pid picks ours (the before/after diff is the fallback).
-            tables = _nft_tables()
-            st["nft_tables"] = [t for t in tables if t[1].endswith(f"_{proc.pid}")] or [
-                t for t in tables if t not in tables_before
-            ]
+            # Shells share one static NAT table (ccscope_shells), which is no lab's to remove;
+            # an emulator of an older build named its own table ccscope_<index>_<pid>.
+            st["nft_tables"] = [t for t in _nft_tables() if t[1].endswith(f"_{proc.pid}")]
             if params.cross_traffic_kbit > 0:
                 with self.sink_log.open("wb") as slog:
                     sink = _spawn(

@@ -42,6 +42,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -209,8 +210,10 @@ def leftovers(run_id: str, killed: list[int], root_ns: str | None) -> dict[str, 
     namespaces = {n for n in (netns_of(p) for p in survivors) if n and n != root_ns}
     tables = sh("nft", "list", "tables", check=False).stdout.split()
     killed_set = set(killed)
+    # Per-shell tables of older builds (ccscope_<index>_<pid>); the shared ccscope_shells
+    # table is static plumbing, never a leak.
     leaked_tables = [
-        t for t in tables if t.startswith("ccscope_") and int(t.rsplit("_", 1)[-1]) in killed_set
+        t for t in tables if re.fullmatch(r"ccscope_\d+_\d+", t) and int(t.rsplit("_", 1)[-1]) in killed_set
     ]
     locks, devices = [], []
     for lock in Path("/run/ccscope/shells").glob("*.lock"):

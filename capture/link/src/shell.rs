@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const PCAP_FLUSH_NS: u64 = 100_000_000;
 const KILL_GRACE_NS: u64 = 2_000_000_000;
@@ -74,7 +74,6 @@ pub fn main_entry() -> i32 {
 struct Resources {
     lock: Option<ShellLock>,
     nft: Option<PathBuf>,
-    nft_table: Option<String>,
     outer_tun: Option<OwnedFd>,
     inner_tun: Option<OwnedFd>,
     inner_ns: Option<File>,
@@ -92,12 +91,9 @@ impl Resources {
                 libc::waitpid(pid, std::ptr::null_mut(), 0);
             }
         }
-        // Make sure nft/ip act on the namespace we started in.
+        // Make sure the devices close in the namespace we started in.
         if let Some(ns) = &self.orig_ns {
             let _ = sys::setns_net(ns.as_raw_fd());
-        }
-        if let (Some(nft), Some(t)) = (&self.nft, self.nft_table.take()) {
-            let _ = sys::run_tool(nft, &["delete", "table", "ip", &t], None);
         }
         // Closing non-persistent TUNs deletes the devices and their routes.
         self.outer_tun.take();
@@ -130,18 +126,6 @@ fn setup(cfg: &Config, res: &mut Resources, creds: Option<&sys::Creds>) -> Resul
         outer_dev: format!("ccs{}o", idx),
         inner_dev: format!("ccs{}i", idx),
     };
-    if let Some(nft) = &res.nft {
-        // Our index is ours now: any table still carrying it is a leftover.
-        if let Ok(out) = sys::run_tool(nft, &["list", "tables"], None) {
-            for line in out.lines() {
-                let p: Vec<&str> = line.split_whitespace().collect();
-                if p.len() == 3 && sys::parse_table_name(p[2]).is_some_and(|(x, _)| x == idx) {
-                    let _ = sys::run_tool(nft, &["delete", "table", p[1], p[2]], None);
-                }
-            }
-        }
-    }
-
     res.orig_ns = Some(File::open("/proc/self/ns/net").map_err(|e| format!("open netns: {}", e))?);
     sys::unshare_net()?;
     res.inner_ns = Some(File::open("/proc/self/ns/net").map_err(|e| format!("open netns: {}", e))?);
@@ -194,21 +178,36 @@ fn setup(cfg: &Config, res: &mut Resources, creds: Option<&sys::Creds>) -> Resul
     sys::run_tool(&ip, &["-batch", "-"], Some(&batch))?;
     sys::write_sysctl("/proc/sys/net/ipv4/ip_forward", "1")?;
     if let Some(nft) = res.nft.clone() {
-        let table = format!("ccscope_{}_{}", idx, std::process::id());
-        let rules = format!(
-            "table ip {t} {{\n\
-             \tchain ccs_post {{ type nat hook postrouting priority 100; ip saddr {sub} oifname != \"{dev}\" masquerade; }}\n\
-             \tchain ccs_fwd {{ type filter hook forward priority 0; iifname \"{dev}\" accept; oifname \"{dev}\" accept; }}\n\
-             }}\n",
-            t = table,
-            sub = sys::subnet_of(idx),
-            dev = net.outer_dev
-        );
-        // Record before creating so a half-applied table is still removed.
-        res.nft_table = Some(table);
-        sys::run_tool(&nft, &["-f", "-"], Some(&rules))?;
+        ensure_shared_table(&nft)?;
     }
     Ok(net)
+}
+
+/// The NAT and forwarding rules of every shell started in this namespace: one static table,
+/// made by the first shell and left in place (like `ip_forward=1`). A table per shell cost
+/// each shell four nft runs, and every nft run loads the whole ruleset: at 128 shells' tables
+/// one run took ~70 ms instead of ~3, so a worker's shell set-up grew with the square of its
+/// concurrency. Masquerade what a shell forwards out of its subnet (it arrives through the
+/// shell's outer device, `ccs<idx>o`, and never leaves through it: the inner namespace
+/// delivers its own addresses locally), as each shell's own table did.
+pub const SHARED_TABLE: &str = "ccscope_shells";
+
+fn ensure_shared_table(nft: &Path) -> Result<(), String> {
+    if sys::run_tool(nft, &["list", "table", "ip", SHARED_TABLE], None).is_ok() {
+        return Ok(());
+    }
+    // One transaction that replaces any copy: shells starting together each leave one table.
+    let rules = format!(
+        "add table ip {t}\n\
+         delete table ip {t}\n\
+         table ip {t} {{\n\
+         \tchain ccs_post {{ type nat hook postrouting priority 100; ip saddr {range} iifname \"ccs*\" masquerade; }}\n\
+         \tchain ccs_fwd {{ type filter hook forward priority 0; iifname \"ccs*\" accept; oifname \"ccs*\" accept; }}\n\
+         }}\n",
+        t = SHARED_TABLE,
+        range = sys::SHELL_RANGE
+    );
+    sys::run_tool(nft, &["-f", "-"], Some(&rules)).map(|_| ())
 }
 
 /// Everything the forked child needs, prepared before fork so the child

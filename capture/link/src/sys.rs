@@ -12,6 +12,8 @@ use std::process::{Command, Stdio};
 pub const LOCK_DIR: &str = "/run/ccscope/shells";
 /// 100.64.0.0/10 holds 2^20 /30 subnets; far more than we will ever need.
 pub const MAX_SHELLS: u32 = 1 << 16;
+/// Where every shell's /30 lies (`shell_addrs`).
+pub const SHELL_RANGE: &str = "100.64.0.0/10";
 
 pub fn errno_str() -> String {
     io::Error::last_os_error().to_string()
