@@ -87,6 +87,13 @@ class Settings(BaseSettings):
         description="adaptive stopping: stop the downloads once the verdict has settled "
         "(classifier/stopping.py; default true)",
     )
+    worker_nice: int = Field(
+        -10,
+        ge=-20,
+        le=19,
+        description="nice value of a worker's own threads (checks, classification, store), below "
+        "its download clients' 0 (workers/priority.py; 0 leaves it)",
+    )
     worker_retry_base: float = Field(5.0, gt=0, description="first retry delay of a transient failure, s")
     worker_retry_cap: float = Field(300.0, gt=0, description="longest retry delay, s")
     worker_max_retries: int = Field(30, ge=0, description="retries before a measurement fails")

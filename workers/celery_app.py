@@ -28,6 +28,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from ccscope.errors import CCScopeError
 from ccscope.settings import settings
 from ccscope.store.core import Store, validate_cron
+from ccscope.workers.priority import apply_from_settings
 from ccscope.workers.tasks import (
     Transient,
     WorkerConfig,
@@ -92,8 +93,11 @@ def get_store() -> Store:
 
 @worker_init.connect
 def _sweep_at_start(**_: Any) -> None:
-    """Runs killed with an earlier worker left their pcaps behind: remove them before work."""
+    """Runs killed with an earlier worker left their pcaps behind: remove them before work.
+    And the worker's threads go ahead of its downloads (workers/priority.py); the pool's
+    processes and threads inherit it."""
     sweep_scratch(WorkerConfig.from_env("startup").out_root)
+    apply_from_settings()
 
 
 def _backoff(retries: int) -> float:

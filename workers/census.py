@@ -23,6 +23,7 @@ from ccscope.progress import bar
 from ccscope.store.core import Conflict, NotFound, Store
 from ccscope.store.queries import CensusRow
 from ccscope.workers.embedded import EmbeddedWorkers
+from ccscope.workers.priority import apply_from_settings
 from ccscope.workers.tasks import WorkerConfig, plan_campaign
 
 UNKNOWN_KINDS = ("unknown", "insufficient")
@@ -174,6 +175,7 @@ def run_census(
         raise CCScopeError("a census needs at least one vantage point")
     for v in vantages:
         store.add_vantage(v.name, v.description)
+    apply_from_settings()  # this process's threads ahead of the downloads they check
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     name = campaign_name or f"census-{list_name}-{stamp}"
     c = store.create_campaign(

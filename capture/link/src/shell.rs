@@ -392,6 +392,11 @@ fn child_exec(p: &ChildPlan) -> ! {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         libc::sigprocmask(libc::SIG_SETMASK, &p.sigmask, std::ptr::null_mut());
         libc::prctl(libc::PR_SET_TIMERSLACK, 0 as libc::c_ulong);
+        // A caller running ahead of its downloads (a worker at a negative nice) does not hand
+        // that to the command: like SCHED_RESET_ON_FORK, a negative nice goes back to 0.
+        if libc::getpriority(libc::PRIO_PROCESS, 0) < 0 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, 0);
+        }
         if let Some(fd) = p.ready_fd {
             if fd > 2 {
                 libc::close(fd);
