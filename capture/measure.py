@@ -373,6 +373,11 @@ class CheckGate:
         self.abandoned = 0
         self.waited_s = 0.0
         self.waited_max_s = 0.0
+        # How long a granted check holds its slot (wall): CPU per check is tens of ms, so a long
+        # hold says the checks themselves wait for a core, not just for a slot.
+        self.held_s = 0.0
+        self.held_max_s = 0.0
+        self._granted_at = threading.local()
 
     def acquire(self, abandon: Callable[[], bool], poll_s: float = 1.0) -> bool:
         """Wait for a slot in turn; False (and out of the queue) once `abandon()` is true.
@@ -398,11 +403,15 @@ class CheckGate:
             self.waited_s += waited
             self.waited_max_s = max(self.waited_max_s, waited)
             self._cv.notify_all()  # the next in line may fit a free slot too
+        self._granted_at.t = time.monotonic()
         return True
 
     def release(self) -> None:
+        held = time.monotonic() - getattr(self._granted_at, "t", time.monotonic())
         with self._cv:
             self._busy -= 1
+            self.held_s += held
+            self.held_max_s = max(self.held_max_s, held)
             self._cv.notify_all()
 
     def wake(self) -> None:
@@ -419,6 +428,8 @@ class CheckGate:
                 "abandoned": self.abandoned,
                 "waited_s_mean": round(self.waited_s / self.granted, 3) if self.granted else None,
                 "waited_s_max": round(self.waited_max_s, 3),
+                "held_s_mean": round(self.held_s / self.granted, 3) if self.granted else None,
+                "held_s_max": round(self.held_max_s, 3),
             }
 
 
@@ -458,6 +469,7 @@ class _Watcher:
             "verdict": None,
             "checks": [],
         }
+        self._done_s = 0.0  # the last grid point classified (trace seconds)
 
     def _classify(self, traces: Sequence[Trace]) -> Verdict:
         if self.classify is None:
@@ -531,38 +543,63 @@ class _Watcher:
                 return
             self.record["waited_s"] = round(self.record.get("waited_s", 0.0) + time.monotonic() - waited, 3)
             try:
-                self._check(history, t0)
+                self._check(history, t0, ended)
             finally:
                 CHECKS.release()
             due = time.monotonic()
             if self.stop.is_set():
                 return
 
-    def _check(self, history: list[Verdict], t0: float) -> None:
-        """One check: classify the captures so far; set `stop` once the rule has settled."""
+    def _check(self, history: list[Verdict], t0: float, ended: threading.Event | None = None) -> None:
+        """One check: classify the captures so far at the rule's grid points they reached since
+        the last check; set `stop` once the rule has settled.
+
+        The rule's checks fall on a grid of trace time (every_s, 2 every_s, ...), as
+        `classifier.stopping.simulate` replays them, which is where `recall_adaptive` and the
+        rule's error budget were measured. On a loaded host a check comes late (it waited its
+        turn): it then classifies the grid points it missed, at most the last `stable` (all a
+        stop can read), so one turn decides as the on-time checks would have, instead of a stop
+        needing `stable` more turns while the downloads, and the load, run on."""
         traces = [self._live(p) for p in self.profiles]
         if any(t is None for t in traces):
             return  # a profile has no connection yet: nothing to read
         live = [t for t in traces if t is not None]
         held = min(t.duration for t in live)
-        if not self.rule.useful(held):
-            return  # too early to be among the checks a stop reads: the same verdict
-        try:
-            v = self._classify(live)
-        except CCScopeError as e:
-            history.clear()  # a check that could not be made breaks the run of equal ones
-            self.record["checks"].append({"at_s": round(held, 2), "error": str(e)[:200]})
-            return
-        history.append(v)
-        self.record["checks"].append(
-            {
-                "at_s": round(held, 2),
-                "wall_s": round(time.monotonic() - t0, 2),
-                "display": v.display,
-                "kind": v.kind,
-                "confidence": round(v.confidence, 3),
-            }
-        )
-        if self.rule.settled(history, held):
-            self.record.update(settled=True, stopped_at_s=round(held, 2), verdict=v.display)
-            self.stop.set()
+        points = self._grid_points(held)
+        if not points:
+            return  # no grid point a stop could read was reached since the last check
+        self.record["turns"] = self.record.get("turns", 0) + 1
+        for g in points:
+            if ended is not None and ended.is_set():
+                return  # the full traces decide from here
+            self._done_s = g
+            try:
+                v = self._classify([t.head(g) for t in live])
+            except CCScopeError as e:
+                history.clear()  # a check that could not be made breaks the run of equal ones
+                self.record["checks"].append({"at_s": round(g, 2), "error": str(e)[:200]})
+                return
+            history.append(v)
+            self.record["checks"].append(
+                {
+                    "at_s": round(g, 2),
+                    "wall_s": round(time.monotonic() - t0, 2),
+                    "turn": self.record["turns"],
+                    "display": v.display,
+                    "kind": v.kind,
+                    "confidence": round(v.confidence, 3),
+                }
+            )
+            if self.rule.settled(history, g):
+                self.record.update(settled=True, stopped_at_s=round(g, 2), verdict=v.display)
+                self.stop.set()
+                return
+
+    def _grid_points(self, held: float) -> list[float]:
+        """The grid points in (last classified, held] a stop can read: useful ones, the last
+        `stable` of them."""
+        every = self.rule.every_s
+        first = int(self._done_s / every + 1e-6) + 1
+        last = int(held / every + 1e-6)
+        pts = [round(k * every, 6) for k in range(first, last + 1)]
+        return [g for g in pts if self.rule.useful(g)][-self.rule.stable :]

@@ -11,6 +11,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from ccscope.capture.measure import CheckGate, _Watcher
 from ccscope.capture.shell import StopSignal
 from ccscope.classifier.stopping import StoppingRule
@@ -23,7 +25,8 @@ class _Growing(_Watcher):
     t0 = time.monotonic()
 
     def _live(self, profile):  # type: ignore[no-untyped-def]
-        return SimpleNamespace(duration=time.monotonic() - self.t0)
+        held = time.monotonic() - self.t0
+        return SimpleNamespace(duration=held, head=lambda s: SimpleNamespace(duration=min(s, held)))
 
 
 def _watcher(tmp_path: Path, classify, rule: StoppingRule) -> tuple[_Growing, StopSignal]:  # type: ignore[no-untyped-def]
@@ -55,9 +58,14 @@ def test_slow_checks_do_not_outlive_the_downloads(tmp_path: Path) -> None:
     # Returns once the downloads end (plus at most the check in progress), not never.
     assert took < 1.0 + 0.2 + 1.0, took
     assert not stop.is_set() and not w.record["settled"]
-    # Not caught up: after each overrunning check the watcher rests a full interval.
-    gaps = [b - a for a, b in itertools.pairwise(calls)]
-    assert gaps and min(gaps) >= 0.2 + 0.05 * 0.9, gaps
+    # A late turn classifies the grid points it missed, at most `stable` of them, and after
+    # each overrunning turn the watcher rests a full interval: turns are not caught up.
+    turns = [c["turn"] for c in w.record["checks"]]
+    per_turn = [len(list(g)) for _, g in itertools.groupby(turns)]
+    assert per_turn and max(per_turn) <= rule.stable, per_turn
+    starts = [calls[sum(per_turn[:i])] for i in range(len(per_turn))]
+    for i, (a, b) in enumerate(itertools.pairwise(starts)):
+        assert b - a >= 0.2 * per_turn[i] + 0.05 * 0.9, (starts, per_turn)
 
 
 def test_checks_share_the_cores(tmp_path: Path) -> None:
@@ -181,3 +189,30 @@ def test_stop_signal_calls_back_once_and_forgets_unsubscribed() -> None:
     sig.set()  # a second set calls nobody again
     assert sig.subscribe(lambda: calls.append("late")) is None
     assert calls == ["a", "late"] and sig.is_set()
+
+
+def test_a_late_turn_decides_as_the_on_time_checks_would_have(tmp_path: Path) -> None:
+    """Every slot held past the rule's whole window: the watcher's one late turn classifies the
+    last `stable` grid points (trace time), as the replay that measured the rule does, and stops
+    there, instead of needing `stable` more turns while the downloads run on."""
+    from ccscope.capture import measure
+
+    rule = StoppingRule(every_s=0.1, min_s=0.3, stable=3, min_p=0.5)
+    seen: list[float] = []
+
+    def classify(traces):  # type: ignore[no-untyped-def]
+        seen.append(round(min(t.duration for t in traces), 3))
+        return Verdict("cubic", "cca", 0.9, "", "test")
+
+    w, stop = _watcher(tmp_path, classify, rule)
+    held = [measure.CHECKS.acquire(lambda: False) for _ in range(measure.CHECKS.slots)]
+    threading.Timer(0.8, lambda: [measure.CHECKS.release() for _ in held]).start()
+    never: list[Future[None]] = [Future()]
+    t = threading.Thread(target=w.run, args=(never,))
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive() and stop.is_set() and w.record["settled"]
+    # One turn, three grid points in a row, the traces cut at each.
+    assert w.record["turns"] == 1 and len(seen) == 3, (seen, w.record)
+    assert [b - a for a, b in itertools.pairwise(seen)] == pytest.approx([0.1, 0.1])
+    assert w.record["stopped_at_s"] == pytest.approx(seen[-1]) and seen[-1] >= 0.7
