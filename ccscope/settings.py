@@ -88,11 +88,11 @@ class Settings(BaseSettings):
         "(classifier/stopping.py; default true)",
     )
     worker_nice: int = Field(
-        -10,
+        0,
         ge=-20,
         le=19,
-        description="nice value of a worker's own threads (checks, classification, store), below "
-        "its download clients' 0 (workers/priority.py; 0 leaves it)",
+        description="nice value of a worker's own threads (checks, classification, store); "
+        "a negative one takes CPU from the downloads it measures (workers/priority.py: off)",
     )
     worker_retry_base: float = Field(5.0, gt=0, description="first retry delay of a transient failure, s")
     worker_retry_cap: float = Field(300.0, gt=0, description="longest retry delay, s")
