@@ -94,8 +94,8 @@ def get_store() -> Store:
 @worker_init.connect
 def _sweep_at_start(**_: Any) -> None:
     """Runs killed with an earlier worker left their pcaps behind: remove them before work.
-    And the worker's threads go ahead of its downloads (workers/priority.py); the pool's
-    processes and threads inherit it."""
+    And CCSCOPE_WORKER_NICE, off by default (workers/priority.py); the pool's processes and
+    threads inherit it."""
     sweep_scratch(WorkerConfig.from_env("startup").out_root)
     apply_from_settings()
 

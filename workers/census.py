@@ -175,7 +175,7 @@ def run_census(
         raise CCScopeError("a census needs at least one vantage point")
     for v in vantages:
         store.add_vantage(v.name, v.description)
-    apply_from_settings()  # this process's threads ahead of the downloads they check
+    apply_from_settings()  # CCSCOPE_WORKER_NICE, off by default (workers/priority.py)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     name = campaign_name or f"census-{list_name}-{stamp}"
     c = store.create_campaign(
