@@ -18,9 +18,9 @@ slower receivers and senders, and their traces stop looking like their CCAs. A m
 tool that distorts what it measures to go faster is not one; the checks need CPU that is not
 taken from the downloads (their own process off the worker's interpreter, cheaper checks).
 
-The download clients do not inherit it: ccscope-link starts them after taking SCHED_FIFO with
-SCHED_RESET_ON_FORK, which resets a negative nice to 0, and the lab's servers run inside
-ccscope-link shells too.
+The download clients do not inherit it: ccscope-link forks its command before it takes
+SCHED_FIFO, so the command would, and the child resets a negative nice to 0 before exec
+(capture/link/src/shell.rs, child_exec); the lab's servers run inside ccscope-link shells too.
 """
 
 from __future__ import annotations
@@ -54,13 +54,10 @@ def raise_priority(nice: int) -> int:
     return done
 
 
-def nice_from_settings() -> int:
+def apply_from_settings() -> int:
+    """`raise_priority` at CCSCOPE_WORKER_NICE (0, the default, leaves it)."""
     from ccscope.settings import settings
 
-    return int(settings().worker_nice)
-
-
-def apply_from_settings() -> int:
     with contextlib.suppress(Exception):  # a priority is an optimisation, never a failure
-        return raise_priority(nice_from_settings())
+        return raise_priority(int(settings().worker_nice))
     return 0

@@ -47,8 +47,8 @@ class Heartbeats:
 
     def __init__(self, beat_many: BeatMany) -> None:
         self._beat_many = beat_many
-        self._claims: dict[int, Claim] = {}  # keyed by id(claim): one run may re-register
-        self._inflight: set[int] = set()
+        self._claims: set[Claim] = set()  # by identity (eq=False): one run may re-register
+        self._inflight: set[Claim] = set()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -58,7 +58,7 @@ class Heartbeats:
         claim = Claim(measurement_id, holder, lease_seconds, every,
                       now + max_seconds if max_seconds is not None else None, now + every)  # fmt: skip
         with self._cond:
-            self._claims[id(claim)] = claim
+            self._claims.add(claim)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
                 self._thread.start()
@@ -68,14 +68,10 @@ class Heartbeats:
     def remove(self, claim: Claim) -> None:
         """Unregister, after any batch in flight that holds the claim has finished."""
         with self._cond:
-            self._claims.pop(id(claim), None)
-            while id(claim) in self._inflight:
+            self._claims.discard(claim)
+            while claim in self._inflight:
                 self._cond.wait()
             self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._claims)
 
     def _run(self) -> None:
         while True:
@@ -85,12 +81,12 @@ class Heartbeats:
                         self._thread = None
                         return
                     now = time.monotonic()
-                    soonest = min(c.due for c in self._claims.values())
+                    soonest = min(c.due for c in self._claims)
                     if soonest <= now:
                         break
                     self._cond.wait(None if soonest == float("inf") else soonest - now)
                 batch = self._due(now)
-                self._inflight = {id(c) for c in batch}
+                self._inflight = set(batch)
             try:
                 self._send(batch)
             finally:
@@ -100,7 +96,7 @@ class Heartbeats:
 
     def _due(self, now: float) -> list[Claim]:
         batch = []
-        for c in self._claims.values():
+        for c in self._claims:
             if c.due > now + COALESCE * c.every:
                 continue
             c.due = now + c.every

@@ -36,6 +36,20 @@ def _watcher(tmp_path: Path, classify, rule: StoppingRule) -> tuple[_Growing, St
     return w, stop
 
 
+def _run_with_every_slot_held(w: _Growing, seconds: float) -> None:
+    """Run the watcher (downloads that never end) while other checks hold every slot of the
+    process's gate for `seconds`; it must return within 10 s."""
+    from ccscope.capture import measure
+
+    held = [measure.CHECKS.acquire(lambda: False) for _ in range(measure.CHECKS.slots)]
+    threading.Timer(seconds, lambda: [measure.CHECKS.release() for _ in held]).start()
+    never: list[Future[None]] = [Future()]
+    t = threading.Thread(target=w.run, args=(never,))
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive()
+
+
 def _unsettled(calls: list[float], cost: float):  # type: ignore[no-untyped-def]
     def classify(traces):  # type: ignore[no-untyped-def]
         calls.append(time.monotonic())
@@ -133,17 +147,11 @@ def test_gate_grants_in_turn_and_drops_none() -> None:
 def test_busy_checks_are_late_not_lost(tmp_path: Path) -> None:
     """With every slot held by others for longer than the interval, a watcher's check waits
     and is then made (before, it was dropped), so its verdict still settles."""
-    from ccscope.capture import measure
 
     rule = StoppingRule(every_s=0.02, min_s=0.0, stable=2, min_p=0.5)
     w, stop = _watcher(tmp_path, lambda traces: Verdict("cubic", "cca", 0.9, "", "test"), rule)
-    held = [measure.CHECKS.acquire(lambda: False) for _ in range(measure.CHECKS.slots)]
-    threading.Timer(0.5, lambda: [measure.CHECKS.release() for _ in held]).start()
-    never: list[Future[None]] = [Future()]
-    t = threading.Thread(target=w.run, args=(never,))
-    t.start()
-    t.join(timeout=10)
-    assert not t.is_alive() and stop.is_set() and w.record["settled"]
+    _run_with_every_slot_held(w, 0.5)
+    assert stop.is_set() and w.record["settled"]
     assert w.record["waited_s"] >= 0.4
 
 
@@ -195,7 +203,6 @@ def test_a_late_turn_decides_as_the_on_time_checks_would_have(tmp_path: Path) ->
     """Every slot held past the rule's whole window: the watcher's one late turn classifies the
     last `stable` grid points (trace time), as the replay that measured the rule does, and stops
     there, instead of needing `stable` more turns while the downloads run on."""
-    from ccscope.capture import measure
 
     rule = StoppingRule(every_s=0.1, min_s=0.3, stable=3, min_p=0.5)
     seen: list[float] = []
@@ -205,13 +212,8 @@ def test_a_late_turn_decides_as_the_on_time_checks_would_have(tmp_path: Path) ->
         return Verdict("cubic", "cca", 0.9, "", "test")
 
     w, stop = _watcher(tmp_path, classify, rule)
-    held = [measure.CHECKS.acquire(lambda: False) for _ in range(measure.CHECKS.slots)]
-    threading.Timer(0.8, lambda: [measure.CHECKS.release() for _ in held]).start()
-    never: list[Future[None]] = [Future()]
-    t = threading.Thread(target=w.run, args=(never,))
-    t.start()
-    t.join(timeout=10)
-    assert not t.is_alive() and stop.is_set() and w.record["settled"]
+    _run_with_every_slot_held(w, 0.8)
+    assert stop.is_set() and w.record["settled"]
     # One turn, three grid points in a row, the traces cut at each.
     assert w.record["turns"] == 1 and len(seen) == 3, (seen, w.record)
     assert [b - a for a, b in itertools.pairwise(seen)] == pytest.approx([0.1, 0.1])
