@@ -83,6 +83,8 @@ class CCAClassifier:
         knn_nan_cost: float = 1.0,
         families: dict[str, str] | None = None,
         max_wrong: float = 0.03,
+        gate_ridge: float = 1.0,
+        gate_folds: int = 5,
         identical: bool = True,
     ) -> None:
         self.n_trees = n_trees
@@ -100,6 +102,8 @@ class CCAClassifier:
         self.knn_nan_cost = knn_nan_cost
         self.families = dict(families or {})
         self.max_wrong = max_wrong  # the share of named verdicts allowed to be wrong
+        self.gate_ridge = gate_ridge  # how far a class's own rightness curve may leave the pooled one
+        self.gate_folds = gate_folds  # cross-fitting folds (by draw) for the selective gate
         self.identical = identical  # CCAs that are Reno on a measurement's path count as Reno
 
     # --- scikit-learn's parameter protocol -------------------------------------------------
@@ -107,7 +111,7 @@ class CCAClassifier:
     _PARAMS = (
         "n_trees", "max_features", "min_leaf", "max_depth", "seed", "vote_floor", "features",
         "alpha_ambiguous", "alpha_atypical", "knn_k", "knn_top", "knn_clip", "knn_nan_cost", "families",
-        "max_wrong", "identical",
+        "max_wrong", "gate_ridge", "gate_folds", "identical",
     )  # fmt: skip
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
@@ -309,6 +313,14 @@ class CCAClassifier:
         if len(c.train_y_) and (c.train_y_.min() < 0 or c.train_y_.max() >= len(c.classes_)):
             raise ValueError("the model's reference rows name classes it does not have")
         c.rules_ = dict(d["rules"])
+        from ccscope.classifier.rules import RULES
+
+        for rule in RULES:
+            if not isinstance(c.rules_.get(rule.name), dict):
+                raise ValueError(f"the model holds no calibration for the {rule.name} rule")
+            validate = getattr(rule, "validate", None)
+            if validate is not None:
+                validate(c, c.rules_[rule.name])
         return c
 
 

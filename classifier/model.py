@@ -18,7 +18,7 @@ from ccscope.errors import CCScopeError
 
 MODEL_FORMAT = "ccscope-model/2"
 MODELS_DIR = Path(__file__).resolve().parent / "models"
-CLASSIFIER_VERSION = "3.1.0"  # bump when features or decision rules change; retrain with it
+CLASSIFIER_VERSION = "3.2.0"  # bump when features or decision rules change; retrain with it
 DEFAULT_MODEL = MODELS_DIR / f"ccscope-{CLASSIFIER_VERSION}.json"
 
 # Family names for "unknown, X-like": the nearest trained class's family.

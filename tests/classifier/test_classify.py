@@ -49,12 +49,12 @@ def test_fixture_pairs_are_named_right_or_unknown(traces: dict[tuple[str, str], 
 
 
 def test_uncertain_gate_makes_unknown_and_says_why(traces: dict[tuple[str, str], Trace]) -> None:
-    """The selective gate comes from the model file: with it shut (no probability passes) the
-    same traces are Unknown, naming the best class, its probability and the error budget."""
+    """The selective gate comes from the model file: with it shut (no estimated chance of being
+    right passes) the same traces are Unknown, naming the best class, its probability, that
+    chance and the error budget."""
     pair = [traces[("cubic", "A")], traces[("cubic", "B")]]
     m = Model.load()
-    # every stratum's gate shut too: a stratum with its own calibration overrides the global one
-    shut = {"tau": 1.01, "tau_family": 1.01, "strata": {}}
+    shut = {"tau": 1.01, "tau_family": 1.01}
     m.estimator.rules_["uncertain"] = {**m.estimator.rules_["uncertain"], **shut}
     u = classify(pair, m)
     assert u.kind == "unknown" and u.nearest is None and u.display == "unknown"
@@ -76,6 +76,37 @@ def test_selective_threshold_keeps_the_error_budget() -> None:
     assert selective_threshold([0.5, 0.4], [False, True], 0.03)[0] == NEVER
 
 
+def test_rightness_is_learnt_per_named_class() -> None:
+    """A class the forest names at modest probabilities but always rightly passes the gate
+    where a class named confidently but often wrongly (the sink for shapeless traces) does not:
+    the gate reads the chance of being right per named class, not the raw probability."""
+    from ccscope.classifier.rules.uncertain import RightnessModel, draw_folds, selective_threshold
+
+    rng = np.random.default_rng(7)
+    n = 400
+    sharp = rng.uniform(0.35, 0.6, n)  # class 0: named at 35-60 %, right every time
+    sink = rng.uniform(0.6, 0.95, n)  # class 1: named at 60-95 %, right only above 90 %
+    proba = np.zeros((2 * n, 3))  # the rest of each row's mass on the two other classes
+    proba[:n, 0], proba[:n, 1], proba[:n, 2] = sharp, (1 - sharp) / 2, (1 - sharp) / 2
+    proba[n:, 1], proba[n:, 0], proba[n:, 2] = sink, (1 - sink) / 2, (1 - sink) / 2
+    right = np.r_[np.ones(n, bool), sink > 0.9]
+    strata = ["sack-large"] * (2 * n)
+    m = RightnessModel(["a", "b", "c"], ridge=1.0).fit(proba, strata, right)
+    est = m.predict(proba, strata)
+    tau, _ = selective_threshold(est.tolist(), right.tolist(), 0.03)
+    assert (est[:n] >= tau).mean() > 0.9  # the sharp class is named
+    assert (est[n:][sink < 0.85] >= tau).sum() == 0  # the sink is not, at 60-85 %
+    # the probability alone would have to shut out nearly all of the sharp class
+    tau_p, _ = selective_threshold(proba.max(axis=1).tolist(), right.tolist(), 0.03)
+    assert (sharp >= tau_p).mean() < 0.1
+    # the model round-trips through the model file's JSON
+    back = RightnessModel.from_dict(["a", "b", "c"], m.to_dict()).predict(proba, strata)
+    assert np.allclose(back, est, atol=1e-4)
+    # cross-fitting folds keep a network draw's measurements together
+    f = draw_folds(["d1", "d1", "d2", "d3", "d2"], 2, seed=1)
+    assert f[0] == f[1] and f[2] == f[4]
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -85,6 +116,14 @@ def test_selective_threshold_keeps_the_error_budget() -> None:
         (lambda m: m["estimators"].pop("tcp"), "no TCP estimator"),
         (lambda m: m.update({"format": "x"}), "not a ccscope-model/2"),
         (lambda m: m.update({"classifier_version": "0.1"}), "retrain"),
+        (lambda m: m["estimators"]["tcp"]["rules"].pop("atypical"), "atypical"),
+        (lambda m: m["estimators"]["tcp"]["rules"]["uncertain"].pop("rightness"), "uncertain"),
+        (
+            lambda m: m["estimators"]["tcp"]["rules"]["uncertain"]["rightness"]["class"].update(
+                {"cubic": [1]}
+            ),
+            "uncertain",
+        ),
     ],
 )
 def test_damaged_model_file_is_refused(tmp_path: Path, change: Any, message: str) -> None:
