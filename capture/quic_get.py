@@ -76,6 +76,7 @@ def quic_get(
     run_id: str | None = None,
     qlog: str | None = None,
     user_agent: str = USER_AGENT,
+    min_rounds: float = 0.0,
 ) -> QuicResult:
     res = QuicResult(url=url)
     binary = client_binary()
@@ -101,6 +102,8 @@ def quic_get(
         ]  # fmt: skip
         if cafile:
             cmd += ["--cafile", cafile]
+        if min_rounds > 0:
+            cmd += ["--min-rounds", f"{min_rounds:g}"]
         if run_id:
             cmd += ["--run-id", run_id]
         if qlog:
@@ -142,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--handshake-timeout", type=float, default=10.0)
     ap.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
     ap.add_argument("--run-id")
+    ap.add_argument(
+        "--min-rounds",
+        type=float,
+        default=0.0,
+        help="fetch the object again over the same connection until the transfer has lasted "
+        "this many round trips (0: one fetch)",
+    )
     ap.add_argument("--qlog", help="write the client's own qlog here")
     ap.add_argument(
         "--qlog-private",
@@ -175,6 +185,7 @@ def _run(args: argparse.Namespace, cafile: str | None) -> int:
             max_bytes=args.max_bytes,
             run_id=args.run_id,
             qlog=args.qlog,
+            min_rounds=args.min_rounds,
         )
         code = 0 if r.error is None and 200 <= r.status < 300 else 4
     except TargetRefused as e:

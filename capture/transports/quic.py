@@ -17,9 +17,16 @@ from ccscope.errors import CCScopeError
 from ccscope.profile import Profile, quic_profile
 from ccscope.trace import Trace
 
+# The classifier needs 20 base round trips after slow start (MIN_CA_RTTS). A small object ends
+# inside slow start and gives "insufficient data" however the path behaves, so the client
+# fetches it again over the same connection until the transfer has lasted this many smoothed
+# round trips: slow start to 5x a BDP of 200 packets takes ~10 of them (one smoothed round trip
+# each), and 20 smoothed round trips are at least 20 base ones whatever the queue adds.
+MIN_ROUNDS = 30
+
 
 def client_command(req: ClientRequest) -> list[str]:
-    return python_client("ccscope.capture.quic_get", req, "--qlog-private")
+    return python_client("ccscope.capture.quic_get", req, "--qlog-private", "--min-rounds", str(MIN_ROUNDS))
 
 
 def pick_flow(traces: list[Trace], local_port: int) -> Trace:

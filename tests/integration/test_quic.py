@@ -79,6 +79,25 @@ def test_measure_quic_against_each_stack(quic_lab: Lab, tmp_path: Path, host: st
     assert (tmp_path / "A-quic.client.sqlog").is_file()
 
 
+def test_a_small_object_is_fetched_again_until_long_enough(quic_lab: Lab, tmp_path: Path) -> None:
+    """60 KB ends inside slow start; the client asks for it again over the same connection,
+    pipelined, until the transfer has lasted MIN_ROUNDS round trips, and the trace then holds
+    congestion avoidance for the classifier. The server's record is found as for one fetch."""
+    from ccscope.capture.transports.quic import MIN_ROUNDS
+    from ccscope.classifier.features import analyse
+
+    m = measure(
+        "https://cubic.quiche.lab.test/obj/60000", ["A"], tmp_path, lab=True, timeout=60, transport="quic"
+    )
+    run = m.runs[0]
+    assert run.ok, run.error
+    q = run.fetch["quic"]
+    assert q["requests"] > 1 and q["rounds"] >= MIN_ROUNDS
+    assert run.bytes > 60_000 * (q["requests"] - 2) and not run.fetch["truncated"]
+    assert run.groundtruth is not None and run.groundtruth["cca"] == "quiche:cubic"
+    analyse(Trace.load(run.sender_trace_file))  # raises InsufficientData with its reason
+
+
 def test_cli_measure_transport_quic(quic_lab: Lab, tmp_path: Path) -> None:
     url = "https://cubic.quiche.lab.test/obj/200000"
     cmd = [

@@ -7,7 +7,14 @@
 //! server's certificate (a CA file or the system store; the name is checked too) and prints
 //! one JSON line: status, bytes, the 5-tuple, and for a failure the reason and its kind
 //! (version negotiation, retry, handshake timeout, no h3, TLS, refused, HTTP/3).
+//!
+//! With `--min-rounds N` a short object is fetched again over the same connection until the
+//! transfer has lasted N smoothed round trips: a congestion controller shows its shape only
+//! over many round trips after slow start, and a small object ends inside slow start. The next
+//! request is sent while the current response still has about two round trips to go, so the
+//! server never runs out of data between them.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, UdpSocket};
@@ -36,6 +43,7 @@ struct Args {
     run_id: Option<String>,
     user_agent: String,
     cc: Option<String>,
+    min_rounds: f64,
 }
 
 #[derive(Default)]
@@ -64,6 +72,16 @@ struct Report {
     lost: usize,
     rtt_ms: f64,
     min_rtt_ms: Option<f64>,
+    requests: u32,
+    rounds: f64,
+}
+
+/// One request stream's progress (for pipelining the next fetch of the object).
+#[derive(Default)]
+struct Stream {
+    headers: bool,
+    got: u64,
+    len: Option<u64>,
 }
 
 fn usage(msg: &str) -> ! {
@@ -71,7 +89,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: ccscope-quic-get --connect IP:PORT --sni HOST --authority HOST[:PORT] --path /P \
          [--cafile PEM] [--timeout S] [--handshake-timeout S] [--max-bytes N] [--qlog FILE] \
-         [--run-id ID] [--user-agent UA]"
+         [--run-id ID] [--user-agent UA] [--min-rounds N]"
     );
     std::process::exit(2)
 }
@@ -90,6 +108,7 @@ fn parse_args() -> Args {
         run_id: None,
         user_agent: "ccscope".into(),
         cc: None,
+        min_rounds: 0.0,
     };
     let mut it = std::env::args().skip(1);
     let mut connect = None;
@@ -111,6 +130,7 @@ fn parse_args() -> Args {
             "--user-agent" => a.user_agent = v(),
             // The client's own sender CC only shapes our few ACK packets; settable for tests.
             "--cc" => a.cc = Some(v()),
+            "--min-rounds" => a.min_rounds = v().parse().unwrap_or_else(|_| usage("bad --min-rounds")),
             _ => usage(&format!("unknown option {k}")),
         }
     }
@@ -126,6 +146,9 @@ fn parse_args() -> Args {
     }
     if !(a.timeout > 0.0 && a.handshake_timeout > 0.0) {
         usage("timeouts must be > 0");
+    }
+    if !(0.0..=100_000.0).contains(&a.min_rounds) {
+        usage("--min-rounds must be 0..100000");
     }
     a
 }
@@ -266,6 +289,13 @@ fn run(a: &Args) -> Report {
     let mut got_any = false;
     let mut req_sent = false;
     let mut done = false; // the response ended (or we stopped it): close and leave
+    let mut first_sid: Option<u64> = None;
+    let mut first_done = false;
+    let mut open: HashMap<u64, Stream> = HashMap::new(); // request streams not finished yet
+    let mut newest: Option<u64> = None;
+    let mut repeat = a.min_rounds > 0.0; // false once a repeated fetch fails: stop repeating
+    let mut first_byte: Option<Instant> = None;
+    let mut tick: Option<Instant> = None; // the last time round trips were counted
 
     loop {
         // -- send everything quiche has --
@@ -301,7 +331,7 @@ fn run(a: &Args) -> Report {
         let now = Instant::now();
         if now >= deadline {
             if conn.is_established() && req_sent && r.status != 0 {
-                r.truncated = true;
+                r.truncated = !first_done;
                 let _ = conn.close(true, H3_REQUEST_CANCELLED, b"deadline");
             } else {
                 let what = if conn.is_established() { "the response did not start" } else { "the handshake did not finish" };
@@ -384,38 +414,39 @@ fn run(a: &Args) -> Report {
             }
         }
         let Some(h) = h3.as_mut() else { continue };
-        if !req_sent {
-            let mut hdrs = vec![
-                quiche::h3::Header::new(b":method", b"GET"),
-                quiche::h3::Header::new(b":scheme", b"https"),
-                quiche::h3::Header::new(b":authority", a.authority.as_bytes()),
-                quiche::h3::Header::new(b":path", a.path.as_bytes()),
-                quiche::h3::Header::new(b"user-agent", a.user_agent.as_bytes()),
-                quiche::h3::Header::new(b"accept", b"*/*"),
-                quiche::h3::Header::new(b"accept-encoding", b"identity"),
-            ];
-            if let Some(id) = &a.run_id {
-                hdrs.push(quiche::h3::Header::new(b"x-ccscope-run", id.as_bytes()));
-            }
-            match h.send_request(&mut conn, &hdrs, true) {
-                Ok(_) => req_sent = true,
-                Err(quiche::h3::Error::StreamBlocked) => {}
-                Err(e) => {
-                    fail(&mut r, "h3", format!("cannot send the request: {e}"));
-                    done = true;
-                    continue;
-                }
-            }
-        }
         loop {
             match h.poll(&mut conn) {
-                Ok((_, quiche::h3::Event::Headers { list, .. })) => {
+                Ok((sid, quiche::h3::Event::Headers { list, .. })) if Some(sid) != first_sid => {
+                    // a repeated fetch: only its status and length matter
+                    if let Some(s) = open.get_mut(&sid) {
+                        s.headers = true;
+                    }
+                    for hd in &list {
+                        let v = String::from_utf8_lossy(hd.value()).into_owned();
+                        match hd.name() {
+                            b":status" if !v.starts_with('2') => repeat = false,
+                            b"content-length" => {
+                                if let Some(s) = open.get_mut(&sid) {
+                                    s.len = v.parse().ok();
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                Ok((sid, quiche::h3::Event::Headers { list, .. })) => {
                     for hd in &list {
                         let v = String::from_utf8_lossy(hd.value()).chars().take(2048).collect::<String>();
                         match hd.name() {
                             b":status" => r.status = v.parse().unwrap_or(0),
                             b"location" => r.location = Some(v),
-                            b"content-length" => r.content_length = v.parse().ok(),
+                            b"content-length" => {
+                                r.content_length = v.parse().ok();
+                                if let Some(s) = open.get_mut(&sid) {
+                                    s.headers = true;
+                                    s.len = r.content_length;
+                                }
+                            }
                             b"alt-svc" => r.alt_svc = Some(v),
                             b"server" => r.server = Some(v),
                             _ => {}
@@ -431,6 +462,13 @@ fn run(a: &Args) -> Report {
                 Ok((sid, quiche::h3::Event::Data)) => {
                     while let Ok(n) = h.recv_body(&mut conn, sid, &mut buf) {
                         r.bytes += n as u64;
+                        if let Some(s) = open.get_mut(&sid) {
+                            s.got += n as u64;
+                        }
+                        if tick.is_none() && n > 0 {
+                            first_byte = Some(Instant::now());
+                            tick = first_byte;
+                        }
                     }
                     if r.bytes >= a.max_bytes {
                         r.truncated = true;
@@ -439,13 +477,19 @@ fn run(a: &Args) -> Report {
                         break;
                     }
                 }
-                Ok((_, quiche::h3::Event::Finished)) => {
-                    if let Some(cl) = r.content_length {
-                        r.truncated |= r.bytes < cl;
+                Ok((sid, quiche::h3::Event::Finished)) => {
+                    let s = open.remove(&sid).unwrap_or_default();
+                    if Some(sid) == first_sid {
+                        if let Some(cl) = r.content_length {
+                            r.truncated |= s.got < cl;
+                        }
+                        first_done = true;
                     }
-                    let _ = conn.close(true, H3_NO_ERROR, b"");
-                    done = true;
-                    break;
+                    // more round trips may be needed: the check after this loop closes or asks again
+                }
+                Ok((sid, quiche::h3::Event::Reset(_))) if Some(sid) != first_sid => {
+                    open.remove(&sid);
+                    repeat = false;
                 }
                 Ok((_, quiche::h3::Event::Reset(code))) => {
                     fail(&mut r, "h3", format!("the server reset the request stream (HTTP/3 error 0x{code:x})"));
@@ -461,6 +505,49 @@ fn run(a: &Args) -> Report {
                     let _ = conn.close(true, 0x101, b""); // H3_GENERAL_PROTOCOL_ERROR
                     done = true;
                     break;
+                }
+            }
+        }
+        // Round trips of transfer so far, each interval over the smoothed RTT of its time.
+        if let Some(t) = tick {
+            let now = Instant::now();
+            if let Some(p) = conn.path_stats().next() {
+                if !p.rtt.is_zero() {
+                    r.rounds += (now - t).as_secs_f64() / p.rtt.as_secs_f64();
+                }
+            }
+            tick = Some(now);
+        }
+        if done {
+            continue;
+        }
+        if first_done && (!repeat || r.rounds >= a.min_rounds) {
+            let _ = conn.close(true, H3_NO_ERROR, b"");
+            done = true;
+            continue;
+        }
+        let again = req_sent && repeat && (200..300).contains(&r.status) && r.rounds < a.min_rounds
+            && open.len() < 2 && newest.map_or(true, |sid| {
+                let srtt = conn.path_stats().next().map_or(0.0, |p| p.rtt.as_secs_f64());
+                near_end(open.get(&sid), r.bytes, first_byte, srtt)
+            });
+        if !req_sent || again {
+            match send_get(h, &mut conn, a, !req_sent) {
+                Ok(sid) => {
+                    if !req_sent {
+                        first_sid = Some(sid);
+                    }
+                    req_sent = true;
+                    r.requests += 1;
+                    open.insert(sid, Stream::default());
+                    newest = Some(sid);
+                }
+                Err(quiche::h3::Error::StreamBlocked) => {}
+                Err(_) if req_sent => repeat = false, // the first fetch goes on
+                Err(e) => {
+                    fail(&mut r, "h3", format!("cannot send the request: {e}"));
+                    done = true;
+                    continue;
                 }
             }
         }
@@ -501,6 +588,42 @@ fn run(a: &Args) -> Report {
     }
     r.seconds = start.elapsed().as_secs_f64();
     r
+}
+
+/// A GET for the object; the first carries the lab's run id (the server's record is per run).
+fn send_get(
+    h: &mut quiche::h3::Connection,
+    conn: &mut quiche::Connection,
+    a: &Args,
+    first: bool,
+) -> Result<u64, quiche::h3::Error> {
+    let mut hdrs = vec![
+        quiche::h3::Header::new(b":method", b"GET"),
+        quiche::h3::Header::new(b":scheme", b"https"),
+        quiche::h3::Header::new(b":authority", a.authority.as_bytes()),
+        quiche::h3::Header::new(b":path", a.path.as_bytes()),
+        quiche::h3::Header::new(b"user-agent", a.user_agent.as_bytes()),
+        quiche::h3::Header::new(b"accept", b"*/*"),
+        quiche::h3::Header::new(b"accept-encoding", b"identity"),
+    ];
+    if let (true, Some(id)) = (first, &a.run_id) {
+        hdrs.push(quiche::h3::Header::new(b"x-ccscope-run", id.as_bytes()));
+    }
+    h.send_request(conn, &hdrs, true)
+}
+
+/// Whether the newest response ends within about two round trips at the goodput so far (the
+/// next request then reaches the server before it runs dry), or has ended, or has started
+/// without a length (then the next request goes at once: the server queues it behind).
+fn near_end(s: Option<&Stream>, total: u64, first_byte: Option<Instant>, srtt: f64) -> bool {
+    let Some(s) = s else { return true };
+    if !s.headers {
+        return false;
+    }
+    let Some(len) = s.len else { return true };
+    let Some(t0) = first_byte else { return false };
+    let rate = total as f64 / t0.elapsed().as_secs_f64().max(1e-3);
+    (len.saturating_sub(s.got) as f64) <= rate * 2.0 * srtt.max(0.001)
 }
 
 fn vn_message(v: &[u32]) -> String {
@@ -600,6 +723,7 @@ fn to_json(r: &Report) -> String {
         }
         None => o.push_str(",\"min_rtt_ms\":null"),
     }
+    let _ = write!(o, ",\"requests\":{},\"rounds\":{:.1}", r.requests, r.rounds);
     o.push('}');
     o
 }
