@@ -82,6 +82,12 @@ def register(subparsers: Any) -> None:
         help="fit on this reference-features file's measurements and those under --root together "
         "(a collection grown after its traces were gone; measure with `ccscope collect --skip-in FILE`)",
     )
+    p.add_argument(
+        "--remeasured",
+        action="store_true",
+        help="with --extend: a measurement under --root replaces the file's one of the same key "
+        "(a set measured again, e.g. with a new client)",
+    )
     p.add_argument("--json", action="store_true", help="print the headline figures as JSON")
     p.set_defaults(func=cmd_train)
 
@@ -218,12 +224,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.extend and (args.from_features or not args.root):
         raise CCScopeError("--extend takes the new measurements from --root and not --from-features")
+    if args.remeasured and not args.extend:
+        raise CCScopeError("--remeasured goes with --extend")
     try:
         # An elapsed-time bar while features are extracted and the model is fitted (minutes).
         with ticking("training"):
             model, res, path = train_and_eval(
                 roots(args), args.out, args.eval_out, workers=args.workers,
                 features=args.extend or args.from_features, extend=args.extend is not None,
+                remeasured=args.remeasured,
             )  # fmt: skip
     except ReferenceFeaturesError as e:
         raise CCScopeError(str(e)) from e

@@ -708,6 +708,7 @@ def reference_data(
     features: Path | None = None,
     shipped_fallback: bool = False,
     extend: bool = False,
+    remeasured: bool = False,
     workers: int = 1,
 ) -> tuple[list[Sample], dict[str, TraceSummary], Path | None]:
     """The reference measurements and their summaries, and the features file they came from
@@ -716,14 +717,21 @@ def reference_data(
     DEFAULT_FEATURES. Each root caches its own traces' summaries. With `extend`, the
     features file's measurements and the roots' together (a collection grown after its
     traces were gone: the summaries are all training needs); source None, since the union
-    is in no file yet."""
+    is in no file yet. With `remeasured` too, a measurement under the roots replaces the
+    file's one of the same key (a set measured again, e.g. with a new client); without it
+    a key in both is an error."""
     if extend:
         if features is None:
             raise ReferenceFeaturesError("extending needs a reference-features file to extend")
         base, base_summ = load_reference_features(features)
         more, more_summ, _ = reference_data(root, workers=workers)
         clash = sorted({s.key for s in base} & {s.key for s in more})
-        if clash:
+        if clash and remeasured:
+            gone = {p for s in base if s.key in set(clash) for p in (*s.paths, *s.truth)}
+            base = [s for s in base if s.key not in set(clash)]
+            base_summ = {k: v for k, v in base_summ.items() if k.split("#", 1)[0] not in gone}
+            log(f"{len(clash)} measurements of {features} replaced by their new measurements")
+        elif clash:
             raise ReferenceFeaturesError(
                 f"{len(clash)} measurements are both in {features} and under the roots, e.g. "
                 f"{clash[0]} (collect with --skip-in {features})"
@@ -772,11 +780,14 @@ def train_and_eval(
     workers: int = 1,
     features: Path | None = None,
     extend: bool = False,
+    remeasured: bool = False,
 ) -> tuple[Model, dict[str, Any], Path | None]:
     """Fit on the reference set (traces under `root`, one or several collections, or a
     features file) and evaluate; write the model, the reference summaries beside it, and the
     evaluation."""
-    samples, summ, source = reference_data(root, features=features, extend=extend, workers=workers)
+    samples, summ, source = reference_data(
+        root, features=features, extend=extend, remeasured=remeasured, workers=workers
+    )
     train = [s for s in samples if s.set in ("train", "quic_train")]
     if not train:
         raise ReferenceFeaturesError(

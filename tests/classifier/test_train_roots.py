@@ -132,3 +132,41 @@ def test_a_features_file_extended_by_a_new_root(tmp_path: Path) -> None:
         reference_data(first, features=base, extend=True)
     r = cli("train", "--extend", str(base), "--out", str(out2))
     assert r.returncode != 0 and "--root" in r.stderr
+
+
+def test_a_set_measured_again_replaces_its_old_measurements(tmp_path: Path) -> None:
+    """`--remeasured`: the root's measurements take the place of the file's ones of the same
+    key (a set measured again with a new client); the rest of the file stays as it was."""
+    first, out1 = tmp_path / "first", tmp_path / "out1"
+    _root(first, TCP, "tcp", draws=2)
+    r = cli("train", "--root", str(first), "--out", str(out1), "--eval-out", str(tmp_path / "e1"))
+    assert r.returncode == 0, r.stderr
+    base = next(out1.glob("reference-*.json.gz"))
+    old, old_summ = load_reference_features(base)
+
+    # the evaluation draw measured again: its traces now come from profile B only
+    again = tmp_path / "again"
+    _root(again, TCP, "tcp", draws=2)
+    index = [json.loads(x) for x in (again / "index.jsonl").read_text().splitlines()]
+    index = [r for r in index if r["split"] == "eval"]
+    for r in index:
+        a = Path(r["slots"]["A"]["sender_trace"])
+        r["slots"]["A"]["sender_trace"] = r["slots"]["B"]["sender_trace"]
+        a.unlink()
+    (again / "index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in index))
+
+    samples, summ, _ = reference_data(again, features=base, extend=True, remeasured=True)
+    assert sorted(s.key for s in samples) == sorted(s.key for s in old)
+    new = {s.key: s for s in samples}
+    for r in index:
+        assert all(p.endswith("B.sender.trace.json") for p in new[r["key"]].paths)
+        assert not any(p.endswith(f"{r['key']}/A.sender.trace.json") for p in summ)
+    kept = [s for s in old if s.key not in {r["key"] for r in index}]
+    assert kept and all(summ[p] == old_summ[p] for s in kept for p in s.paths)
+
+    out2 = tmp_path / "out2"
+    r = cli("train", "--extend", str(base), "--root", str(again), "--remeasured", "--out", str(out2))
+    assert r.returncode == 0, r.stderr
+    assert "replaced" in r.stderr
+    r = cli("train", "--root", str(again), "--remeasured", "--out", str(out2))
+    assert r.returncode != 0 and "--extend" in r.stderr
