@@ -471,7 +471,7 @@ fn run(a: &Args) -> Report {
                         }
                     }
                     if r.bytes >= a.max_bytes {
-                        r.truncated = true;
+                        r.truncated = !first_done; // the cap ends repeats, not the object
                         let _ = conn.close(true, H3_REQUEST_CANCELLED, b"enough");
                         done = true;
                         break;
