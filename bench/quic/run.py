@@ -381,7 +381,7 @@ def measure_timing(work: Path) -> dict[str, Any]:
             "profile": r.profile,
             # QUIC fetches a short object again until the transfer is long enough to classify
             "requests": (r.fetch.get("quic") or {}).get("requests", 1),
-            "bytes": r.bytes,
+            "wire_bytes": r.bytes,  # as captured, headers included
         }
     return timing
 

@@ -165,7 +165,8 @@ def test_a_set_measured_again_replaces_its_old_measurements(tmp_path: Path) -> N
     assert kept and all(summ[p] == old_summ[p] for s in kept for p in s.paths)
 
     out2 = tmp_path / "out2"
-    r = cli("train", "--extend", str(base), "--root", str(again), "--remeasured", "--out", str(out2))
+    r = cli("train", "--extend", str(base), "--root", str(again), "--remeasured", "--out", str(out2),
+            "--eval-out", str(tmp_path / "e2"))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "replaced" in r.stderr
     r = cli("train", "--root", str(again), "--remeasured", "--out", str(out2))

@@ -435,6 +435,9 @@ fn run(a: &Args) -> Report {
                     }
                 }
                 Ok((sid, quiche::h3::Event::Headers { list, .. })) => {
+                    if let Some(s) = open.get_mut(&sid) {
+                        s.headers = true;
+                    }
                     for hd in &list {
                         let v = String::from_utf8_lossy(hd.value()).chars().take(2048).collect::<String>();
                         match hd.name() {
@@ -443,7 +446,6 @@ fn run(a: &Args) -> Report {
                             b"content-length" => {
                                 r.content_length = v.parse().ok();
                                 if let Some(s) = open.get_mut(&sid) {
-                                    s.headers = true;
                                     s.len = r.content_length;
                                 }
                             }
