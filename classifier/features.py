@@ -808,6 +808,30 @@ def held_crest(pipe: np.ndarray, bdp_segments: float, rtt_steps: int) -> float:
     return _queue_reading(float(np.max(sliding_window_view(q, steps).min(axis=1))))
 
 
+def slow_start_only_reason(p: Prepared) -> str:
+    """Why no congestion avoidance was found. Back-offs count only once the window has filled
+    the profile's BDP (before that, slow start's idle gaps look like falls). A window held far
+    below it by losses, as cross traffic on a shared link upstream of the profile does, is
+    therefore not slow start: say so rather than name a phase the sender left long ago."""
+    peak = float(np.max(p.smooth)) if len(p.smooth) else 0.0
+    if peak < 1.0 and len(p.retransmits):
+        episodes = len(_loss_clusters(p.retransmits, 4.0 * p.rtt))
+        return (
+            f"the window never reached this profile's BDP (at most {peak:.2f} of it) but lost "
+            f"packets {episodes} time{'s' if episodes != 1 else ''}: a bottleneck other than the "
+            "profile's (a shared or upstream link) held it, and back-offs are read only against "
+            "the profile's BDP"
+        )
+    if peak < 1.0:
+        # QUIC traces carry no loss events (the packets are encrypted), so the cause stays open
+        return (
+            f"the window never reached this profile's BDP (at most {peak:.2f} of it), and "
+            "back-offs are read only against it: either slow start never ended, or something "
+            "other than the profile (a shared or upstream link, a receive window) held the window"
+        )
+    return "the trace holds slow start only"
+
+
 def analyse(tr: Trace) -> TraceAnalysis:
     """All stages for one trace. Raises InsufficientData with a reason."""
     p = prepare(tr)
@@ -824,7 +848,7 @@ def analyse(tr: Trace) -> TraceAnalysis:
     if idle > 0.3:
         raise InsufficientData(f"application-limited: at most one segment in flight {idle:.0%} of the time")
     if ss_end >= p.t[-1] - rtt or ca_len <= 0:
-        raise InsufficientData("the trace holds slow start only")
+        raise InsufficientData(slow_start_only_reason(p))
     if ca_len < MIN_CA_RTTS * rtt:
         raise InsufficientData(
             f"only {ca_len / rtt:.0f} round trips after slow start (need {MIN_CA_RTTS:.0f})"

@@ -97,6 +97,31 @@ def test_slow_start_and_backoffs_on_cubic(traces: dict[tuple[str, str], Trace]) 
         assert s.end - s.start >= F.MIN_SEGMENT_RTTS * p.rtt and s.degree in (1, 2, 3)
 
 
+def test_a_window_held_below_the_profile_is_not_called_slow_start(
+    traces: dict[tuple[str, str], Trace],
+) -> None:
+    """A Reno trace whose profile claims a bottleneck 100x faster than the one that held it, as
+    when a shared link upstream of the profile is the real one: the window never fills the
+    profile's BDP, so no back-off counts, and the reason says so instead of "slow start"."""
+    t = traces[("reno", "A")]
+    prof = json.loads(json.dumps(t.profile))
+    prof["down"]["rate"] = prof["up"]["rate"] = "20000kbit"
+    fast = Trace(flow=t.flow, t=t.t, bif=t.bif, start_time=t.start_time, profile=prof,
+                 base_rtt_ms=t.base_rtt_ms, internet_rtt_ms=t.internet_rtt_ms, events=t.events,
+                 columns=t.columns)  # fmt: skip
+    held = r"never reached this profile's BDP \(at most 0\.05 of it\) but lost packets \d+ times"
+    with pytest.raises(F.InsufficientData, match=held):
+        F.analyse(fast)
+    # without loss events (a QUIC trace: the packets are encrypted) the cause stays open
+    quiet = Trace(flow=t.flow, t=t.t, bif=t.bif, start_time=t.start_time, profile=prof,
+                  base_rtt_ms=t.base_rtt_ms, internet_rtt_ms=t.internet_rtt_ms,
+                  events={"dupack": t.events["dupack"]}, columns=t.columns)  # fmt: skip
+    with pytest.raises(F.InsufficientData, match="either slow start never ended, or something other"):
+        F.analyse(quiet)
+    # on its own profile the same trace is read as before
+    assert F.analyse(t).segments
+
+
 def test_no_loss_sender_leaves_slow_start_on_stall(traces: dict[tuple[str, str], Trace]) -> None:
     a = F.analyse(traces[("vegas", "A")])
     assert a.ss_end < 5.0 and a.ca_end - a.ss_end > 10.0
