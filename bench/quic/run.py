@@ -400,6 +400,10 @@ def main() -> int:
                     help="where the shipped summaries' relative trace paths live")  # fmt: skip
     ap.add_argument("--recall-only", action="store_true",
                     help="only recompute recall_per_stack; keep --out's other figures")  # fmt: skip
+    ap.add_argument("--as-key", metavar="KEY",
+                    help="with --recall-only: store the figures under KEY beside the shipped "
+                    "recall_per_stack (an A/B of a client or model that is not shipped)")  # fmt: skip
+    ap.add_argument("--what", default="", help="with --as-key: what the A/B measured")
     ap.add_argument("--timing-only", action="store_true",
                     help="only re-measure measure_s; keep --out's other figures")  # fmt: skip
     args = ap.parse_args()
@@ -422,10 +426,19 @@ def main() -> int:
         return 0
     if args.recall_only:
         doc = json.loads(args.out.read_text()) if args.out.exists() else {"bench": "quic"}
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if args.as_key:
+            if args.as_key in ("recall_per_stack", "recall_tcp_model_baseline"):
+                ap.error(f"--as-key {args.as_key} would overwrite a shipped figure")
+            r = quic_recall(args.classifier_root, args.model, args.trace_root)
+            doc[args.as_key] = {"what": args.what, "when": when, **r}
+            args.out.write_text(json.dumps(doc, indent=2) + "\n")
+            log(f"{args.as_key}: mean {r['mean']}, min {r['min']} ({r['model']})")
+            return 0
         if "recall_per_stack" in doc and "recall_tcp_model_baseline" not in doc:
             doc["recall_tcp_model_baseline"] = doc.pop("recall_per_stack")
         doc["recall_per_stack"] = quic_recall(args.classifier_root, args.model, args.trace_root)
-        doc["recall_when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        doc["recall_when"] = when
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
         r = doc["recall_per_stack"]
         log(f"recall per stack: mean {r['mean']}, min {r['min']} ({r['model']})")
