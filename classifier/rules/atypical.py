@@ -82,7 +82,10 @@ class Atypical:
             rows = clf.trace_rows(m)
             if len(rows):
                 dk, _ = knn_distance(clf, _rounded(rows), int(k), exclude_group=g)
-                raw[clf.classes_[k]].append(float(dk.min()))
+                # a class measured on this draw alone has no other draw to be near: no distance
+                # (infinite), and its typical distance stays the default rather than inf / inf
+                if np.isfinite(dk.min()):
+                    raw[clf.classes_[k]].append(float(dk.min()))
         typical = {c: float(np.median(v)) if v else 1.0 for c, v in raw.items()}
         pooled = [x / max(typical[c], 1e-9) for c, v in raw.items() for x in v]
         return {

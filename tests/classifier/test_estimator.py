@@ -72,6 +72,18 @@ def test_model_document_roundtrip(fitted: CCAClassifier) -> None:
     assert [r.name for r in RULES] == sorted(doc["rules"], key=[r.name for r in RULES].index)
 
 
+def test_a_class_from_one_draw_still_gives_a_model_document() -> None:
+    """A small collection can hold a class measured on one draw only: leaving that draw out
+    leaves no neighbour to be typical against. The model is still finite and saves."""
+    X, y, g = _data(5, per_class=6)
+    only = [i for i, c in enumerate(y) if c == "c"]
+    g = [("the-one-draw" if i in only else d) for i, d in enumerate(g)]
+    clf = CCAClassifier(n_trees=10, seed=3).fit(X, y, g)
+    doc = json.loads(json.dumps(clf.to_dict(), allow_nan=False))
+    assert doc["rules"]["atypical"]["typical"]["c"] == 1.0
+    assert len(CCAClassifier.from_dict(doc).predict(X)) == len(X)
+
+
 def test_a_parameter_no_class_has_is_atypical(fitted: CCAClassifier) -> None:
     """beta 0.3: the forest names the nearest class, the atypicality rule says no known trace of
     it on a comparable path looks like this."""
