@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccscope.classifier.conditions import (
     GROUPS,
@@ -61,6 +61,10 @@ from ccscope.classifier.conditions import (
 )
 from ccscope.profile import Profile, first_rate_bps, kbit_spec, quic_profile
 
+if TYPE_CHECKING:
+    from ccscope.lab.groundtruth import GroundTruthRecord
+    from ccscope.trace import Trace
+
 DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
 DEFAULT_INSTANCES = (30,)
 DEFAULT_STATE_PREFIX = "/run/ccscope/lab-draws-"
@@ -70,6 +74,8 @@ LAB_UP_S = 6.0
 # Seconds each shell of a download gets to come up and go down beyond the download's own cap:
 # on a loaded 2-core host a nested shell's set-up (ip, nft) has taken over 10 s.
 SHELL_SLACK_S = 20.0
+TRUTH_WAIT_S = 30.0  # for a slot's server record once the downloads are over
+TRUTH_WAIT_CAPPED_S = 240.0  # ... after a capped download (see _inner_job)
 # bench/collect on this 2-core VM: collect's own estimate was 0.44-0.50 of the measured wall time
 # (K = 8, 16, 32; other sessions' campaigns running beside it), so the estimate is scaled by 2.1.
 ESTIMATE_CALIBRATION = 2.1
@@ -277,6 +283,7 @@ def run_job(
         + WARMUP_S
         + 60.0
         + 2 * SHELL_SLACK_S * shells
+        + TRUTH_WAIT_CAPPED_S
     )
     if job.transport == "quic":
         limit += 2 * QUIC_PROCESS_S
@@ -366,7 +373,7 @@ def _inner_job(spec_file: Path) -> int:
     from ccscope.capture.measure import measure_profile
     from ccscope.errors import CCScopeError
     from ccscope.lab.crosstraffic import CrossTraffic, FlowSpec
-    from ccscope.lab.groundtruth import find_record, pipe_trace, record_trace
+    from ccscope.lab.groundtruth import find_record
     from ccscope.trace import Trace
 
     spec = json.loads(spec_file.read_text())
@@ -396,6 +403,7 @@ def _inner_job(spec_file: Path) -> int:
         xt.start()
         time.sleep(WARMUP_S if sh.flows else 0.5)
     problems: list[str] = []
+    pending: list[tuple[str, str, str, bool]] = []  # slots whose server record is still to find
     try:
         layer_opts = [[*p.link_args(), "--seed", str(_seed(job, p.name))] for p in measured_layers(job)]
         size = quic.object_bytes if quic is not None else draw.server.object_bytes
@@ -445,20 +453,25 @@ def _inner_job(spec_file: Path) -> int:
                 if why:
                     problems.append(f"{slot}: {why}")
                 continue
-            # the server writes its record once the connection is over; a busy host takes a while
-            rec = find_record(run_id=f"{run_id}-{prof.name}", wait_s=30.0)
-            if rec is None:
-                problems.append(f"{slot}: no ground truth from the server")
-                continue
-            try:
-                truth = pipe_trace(record_trace(rec), like=Trace.load(r.sender_trace_file))
-                s["truth_trace"] = str(truth.save(out / f"{slot}.truth.trace.json.gz"))
-                s["truth_cca"] = rec.meta.get("kernel_cca")
-            except (CCScopeError, OSError) as e:
-                problems.append(f"{slot}: ground truth unreadable: {e}")
+            pending.append((slot, f"{run_id}-{prof.name}", r.sender_trace_file, capped))
     finally:
         if xt is not None:
             result["cross_traffic"] = xt.stop()
+    # The server writes its record once the connection is over. After a capped download
+    # that takes minutes: the client's shell is gone, and the server's kernel retransmits
+    # into it until it gives up (35-170 s after the cap, measured on 16 such slots). So
+    # the records are looked up after both downloads, a capped slot's for longer.
+    for slot, rid, sender_file, capped in pending:
+        rec = find_record(run_id=rid, wait_s=TRUTH_WAIT_CAPPED_S if capped else TRUTH_WAIT_S)
+        if rec is None:
+            problems.append(f"{slot}: {NO_TRUTH}")
+            continue
+        try:
+            truth = slot_truth(rec, Trace.load(sender_file))
+            result["slots"][slot]["truth_trace"] = str(truth.save(out / f"{slot}.truth.trace.json.gz"))
+            result["slots"][slot]["truth_cca"] = rec.meta.get("kernel_cca")
+        except (CCScopeError, OSError) as e:
+            problems.append(f"{slot}: ground truth unreadable: {e}")
     if problems:
         no_trace = (
             any(not s.get("sender_trace") for s in result["slots"].values()) or len(result["slots"]) < 2
@@ -575,6 +588,68 @@ def samples(
     return sorted(out, key=lambda x: x.path)
 
 
+NO_TRUTH = "no ground truth from the server"
+
+
+def slot_truth(rec: GroundTruthRecord, sender: Trace) -> Trace:
+    """The server's pipe during one measured download (a Trace from its GroundTruthRecord), cut
+    a second after the measured trace ends: after a capped download the server's connection
+    outlives the measurement, stalled, until its kernel gives up on the vanished client."""
+    from ccscope.lab.groundtruth import pipe_trace, record_trace
+
+    truth = pipe_trace(record_trace(rec), like=sender)
+    if len(truth.t) and len(sender.t):
+        keep = sender.start_time + float(sender.t[-1]) + 1.0 - truth.start_time - float(truth.t[0])
+        if keep < truth.duration:
+            truth = truth.head(max(0.0, keep))
+    return truth
+
+
+def fill_missing_truth(root: Path, gt_dirs: Sequence[Path]) -> list[str]:
+    """Give partial jobs that lacked only the server's record the record written since (a
+    capped download's connection can outlive its job by minutes). Appends each mended job's
+    record to the index; returns their keys. Their traces were complete all along."""
+    from ccscope.errors import CCScopeError
+    from ccscope.lab.groundtruth import find_record
+    from ccscope.trace import Trace
+
+    mended = []
+    for key, rec in sorted(load_index(root).items()):
+        reasons = [r.strip() for r in str(rec.get("reason") or "").split(";") if r.strip()]
+        if rec.get("status") != "partial" or rec.get("transport", "tcp") != "tcp" or not reasons:
+            continue
+        if not all(r.endswith(NO_TRUTH) for r in reasons):
+            continue
+        slots = rec.get("slots") or {}
+        still = []
+        for slot, s in sorted(slots.items()):
+            if s.get("truth_trace") or not s.get("sender_trace"):
+                continue
+            rid = f"{key.replace('/', '-')}-{s.get('profile')}"
+            found = next((r for g in gt_dirs if (r := find_record(run_id=rid, gt_dir=g)) is not None), None)
+            try:
+                if found is None:
+                    raise CCScopeError(NO_TRUTH)
+                out = Path(s["sender_trace"]).parent
+                truth = slot_truth(found, Trace.load(s["sender_trace"]))
+                s["truth_trace"] = str(truth.save(out / f"{slot}.truth.trace.json.gz"))
+                s["truth_cca"] = found.meta.get("kernel_cca")
+            except (CCScopeError, OSError) as e:
+                still.append(f"{slot}: {e}")
+        if len(still) == len(reasons):
+            continue
+        rec.update(status="partial" if still else "ok", reason="; ".join(still) or None, slots=slots)
+        result = Path(next(iter(slots.values()))["sender_trace"]).parent / "result.json"
+        with contextlib.suppress(OSError, ValueError):
+            res = json.loads(result.read_text())
+            res.update(status=rec["status"], reason=rec["reason"], slots=slots)
+            result.write_text(json.dumps(res, indent=1, default=str))
+        with (root / "index.jsonl").open("a") as f:
+            f.write(json.dumps(rec, default=str) + "\n")
+        mended.append(key)
+    return mended
+
+
 def _done(job: DrawJob, root: Path, retry_failed: bool) -> bool:
     try:
         st = json.loads((job_dir(root, job) / "result.json").read_text()).get("status")
@@ -617,6 +692,9 @@ def collect(
     check_quic_labels(jobs)
     root.mkdir(parents=True, exist_ok=True)
     index = root / "index.jsonl"
+    mended = fill_missing_truth(root, [Path(f"{state_prefix}{i}") / "groundtruth" for i in instances])
+    if mended:
+        print(f"collect: {len(mended)} partial jobs now have the server's record", file=sys.stderr)
     todo = [j for j in jobs if not _done(j, root, retry_failed)]
     summ = Summary(
         jobs=len(jobs), skipped=len(jobs) - len(todo), estimate_s=round(estimate_s(todo, concurrency))
