@@ -16,7 +16,9 @@ TCP_INFO, the classifier's physical-limit oracle), the same for B, `A.pcap` with
 of anything not ok, and which downloads hit their time cap. A failed or partial job is reported
 on stderr and in the index, never dropped; `load_index()` returns the last line per job.
 Resumable: a job whose `result.json` says ok or partial is not measured again (failed ones are,
-unless retry_failed is off).
+unless retry_failed is off), and a partial job that lacked only the server's record gets it
+from records written since. One collection at a time per root and per lab instance: a second
+one is refused (`CollectionBusy`, naming the holder's pid).
 
 A QUIC job (its cca a lab QUIC class, `stack:cca`, e.g. `quiche:cubic`) is the same draw
 measured over HTTP/3 (`measure_profile(..., transport="quic")`) in packets (quic_adaptation:
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -41,7 +44,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,6 +62,7 @@ from ccscope.classifier.conditions import (
     plan_jobs,
     plan_quic_jobs,
 )
+from ccscope.errors import CCScopeError
 from ccscope.profile import Profile, first_rate_bps, kbit_spec, quic_profile
 
 if TYPE_CHECKING:
@@ -371,7 +375,6 @@ def _inner_job(spec_file: Path) -> int:
     """Inside the Internet-path shell: cross traffic, then the draw's two profiles (for a QUIC
     job, as quic_adaptation adapts them)."""
     from ccscope.capture.measure import measure_profile
-    from ccscope.errors import CCScopeError
     from ccscope.lab.crosstraffic import CrossTraffic, FlowSpec
     from ccscope.lab.groundtruth import find_record
     from ccscope.trace import Trace
@@ -490,7 +493,6 @@ def _quic_truth(
     against the same qlog, when the record was there in time (if not, it is scored here once the
     record is). Without `keep_raw` the server's and the client's qlogs (~100 MB on a long
     download) go once the truth trace holds what they said."""
-    from ccscope.errors import CCScopeError
     from ccscope.lab.quic.groundtruth import find_run, score_quic_run, truth_trace
     from ccscope.trace import Trace
 
@@ -609,7 +611,6 @@ def fill_missing_truth(root: Path, gt_dirs: Sequence[Path]) -> list[str]:
     """Give partial jobs that lacked only the server's record the record written since (a
     capped download's connection can outlive its job by minutes). Appends each mended job's
     record to the index; returns their keys. Their traces were complete all along."""
-    from ccscope.errors import CCScopeError
     from ccscope.lab.groundtruth import find_record
     from ccscope.trace import Trace
 
@@ -673,6 +674,47 @@ class Summary:
         return dict(self.__dict__)
 
 
+class CollectionBusy(CCScopeError):
+    """Another `ccscope collect` holds the collection or a lab instance this one needs."""
+
+
+@contextlib.contextmanager
+def exclusive(locks: Sequence[Path]) -> Iterator[None]:
+    """Hold each lock file (flock, with the holder's pid in it) while the body runs, or raise
+    CollectionBusy naming the holder. Two collectors on one root overwrite each other's job
+    directories, and two on one lab instance take its lab down under each other's downloads;
+    both happened once, silently, and 71 measurements had to be thrown away."""
+    fds: list[int] = []
+    try:
+        for p in locks:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o600)
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                raise CollectionBusy(
+                    f"{p} is held by a running collection (pid {holder}): stop it, or give this "
+                    "one another --root and --instances"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def collection_locks(root: Path, instances: Sequence[int], state_prefix: str) -> list[Path]:
+    """The collection's own lock and one per lab instance it brings up (beside the instance's
+    state directory, which a lab's purge may remove)."""
+    return [
+        root / ".collect.lock",
+        *(Path(f"{state_prefix}{i}.collect.lock") for i in sorted(set(instances))),
+    ]
+
+
 def collect(
     jobs: Sequence[DrawJob],
     root: Path = DEFAULT_ROOT,
@@ -684,13 +726,28 @@ def collect(
     retry_failed: bool = True,
     progress: bool | None = None,
 ) -> Summary:
-    """Measure every job not already done; returns counts. Needs root and the built lab."""
+    """Measure every job not already done; returns counts. Needs root and the built lab. Refuses
+    (CollectionBusy) while another collection holds `root` or one of `instances`."""
+    check_quic_labels(jobs)
+    root.mkdir(parents=True, exist_ok=True)
+    with exclusive(collection_locks(root, instances, state_prefix)):
+        return _collect(jobs, root, concurrency, instances, state_prefix, keep_pcap, retry_failed, progress)
+
+
+def _collect(
+    jobs: Sequence[DrawJob],
+    root: Path,
+    concurrency: int,
+    instances: Sequence[int],
+    state_prefix: str,
+    keep_pcap: bool,
+    retry_failed: bool,
+    progress: bool | None,
+) -> Summary:
     from ccscope.classifier.dataset import _ensure_ccas
     from ccscope.lab import nginx
     from ccscope.lab.lab import Lab, LabParams
 
-    check_quic_labels(jobs)
-    root.mkdir(parents=True, exist_ok=True)
     index = root / "index.jsonl"
     mended = fill_missing_truth(root, [Path(f"{state_prefix}{i}") / "groundtruth" for i in instances])
     if mended:
@@ -1003,8 +1060,12 @@ def run_cli(args: argparse.Namespace) -> int:
                   f"estimated {doc['estimate_s'] / 3600:.2f} h at K = {k}")  # fmt: skip
         return 0
     instances = [int(x) for x in str(args.instances).split(",") if x]
-    summ = collect(jobs, args.root, concurrency=k, instances=instances, state_prefix=args.state_prefix,
-                   keep_pcap=args.pcap, retry_failed=not args.no_retry_failed)  # fmt: skip
+    try:
+        summ = collect(jobs, args.root, concurrency=k, instances=instances, state_prefix=args.state_prefix,
+                       keep_pcap=args.pcap, retry_failed=not args.no_retry_failed)  # fmt: skip
+    except CollectionBusy as e:
+        print(f"collect: {e}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(summ.to_dict(), indent=1))
     else:
