@@ -377,7 +377,6 @@ def _inner_job(spec_file: Path) -> int:
     from ccscope.capture.measure import measure_profile
     from ccscope.lab.crosstraffic import CrossTraffic, FlowSpec
     from ccscope.lab.groundtruth import find_record
-    from ccscope.trace import Trace
 
     spec = json.loads(spec_file.read_text())
     out = spec_file.parent
@@ -452,11 +451,11 @@ def _inner_job(spec_file: Path) -> int:
             if r.partial and not capped:
                 problems.append(f"{slot}: partial download ({r.error or 'cut short'})")
             if quic is not None:
-                why = _quic_truth(f"{run_id}-{prof.name}", r, prof, out, slot, s, keep_raw=keep_pcap)
+                why = _quic_truth(truth_run_id(job.key, prof.name), r, prof, out, slot, s, keep_raw=keep_pcap)
                 if why:
                     problems.append(f"{slot}: {why}")
                 continue
-            pending.append((slot, f"{run_id}-{prof.name}", r.sender_trace_file, capped))
+            pending.append((slot, truth_run_id(job.key, prof.name), r.sender_trace_file, capped))
     finally:
         if xt is not None:
             result["cross_traffic"] = xt.stop()
@@ -470,9 +469,7 @@ def _inner_job(spec_file: Path) -> int:
             problems.append(f"{slot}: {NO_TRUTH}")
             continue
         try:
-            truth = slot_truth(rec, Trace.load(sender_file))
-            result["slots"][slot]["truth_trace"] = str(truth.save(out / f"{slot}.truth.trace.json.gz"))
-            result["slots"][slot]["truth_cca"] = rec.meta.get("kernel_cca")
+            save_slot_truth(rec, sender_file, slot, result["slots"][slot])
         except (CCScopeError, OSError) as e:
             problems.append(f"{slot}: ground truth unreadable: {e}")
     if problems:
@@ -607,12 +604,26 @@ def slot_truth(rec: GroundTruthRecord, sender: Trace) -> Trace:
     return truth
 
 
+def truth_run_id(key: str, profile: str) -> str:
+    """The run id a job's download in `profile` sent the server (measure_profile adds the
+    profile's name), which names the server's record of it."""
+    return f"{key.replace('/', '-')}-{profile}"
+
+
+def save_slot_truth(rec: GroundTruthRecord, sender_file: str, slot: str, s: dict[str, Any]) -> None:
+    """Write a slot's truth trace beside its sender trace and note it in the slot's record `s`."""
+    from ccscope.trace import Trace
+
+    truth = slot_truth(rec, Trace.load(sender_file))
+    s["truth_trace"] = str(truth.save(Path(sender_file).parent / f"{slot}.truth.trace.json.gz"))
+    s["truth_cca"] = rec.meta.get("kernel_cca")
+
+
 def fill_missing_truth(root: Path, gt_dirs: Sequence[Path]) -> list[str]:
     """Give partial jobs that lacked only the server's record the record written since (a
     capped download's connection can outlive its job by minutes). Appends each mended job's
     record to the index; returns their keys. Their traces were complete all along."""
     from ccscope.lab.groundtruth import find_record
-    from ccscope.trace import Trace
 
     mended = []
     for key, rec in sorted(load_index(root).items()):
@@ -626,15 +637,12 @@ def fill_missing_truth(root: Path, gt_dirs: Sequence[Path]) -> list[str]:
         for slot, s in sorted(slots.items()):
             if s.get("truth_trace") or not s.get("sender_trace"):
                 continue
-            rid = f"{key.replace('/', '-')}-{s.get('profile')}"
+            rid = truth_run_id(key, str(s.get("profile")))
             found = next((r for g in gt_dirs if (r := find_record(run_id=rid, gt_dir=g)) is not None), None)
             try:
                 if found is None:
                     raise CCScopeError(NO_TRUTH)
-                out = Path(s["sender_trace"]).parent
-                truth = slot_truth(found, Trace.load(s["sender_trace"]))
-                s["truth_trace"] = str(truth.save(out / f"{slot}.truth.trace.json.gz"))
-                s["truth_cca"] = found.meta.get("kernel_cca")
+                save_slot_truth(found, s["sender_trace"], slot, s)
             except (CCScopeError, OSError) as e:
                 still.append(f"{slot}: {e}")
         if len(still) == len(reasons):
