@@ -150,6 +150,12 @@ class Measurement:
         }
 
 
+def profile_run_id(run_id: str, profile: str) -> str:
+    """The run id one profile's download sends the server: the lab names its ground-truth
+    record by it, so whoever looks the record up later builds it here too."""
+    return f"{run_id}-{profile}"
+
+
 def measure_profile(
     url: str,
     profile: Profile,
@@ -197,7 +203,7 @@ def measure_profile(
     run = ProfileRun(profile=profile.name, ok=False, pcap_file=str(pcap), transport=transport)
     req = ClientRequest(
         url=url,
-        run_id=f"{run_id}-{profile.name}",
+        run_id=profile_run_id(run_id, profile.name),
         out_dir=out_dir,
         stem=stem,
         lab=lab,
@@ -262,7 +268,7 @@ def measure_profile(
     run.estimator = got.info or None
     if lab and groundtruth and tr.groundtruth is not None:
         run.groundtruth = tr.groundtruth(
-            flow, sender, profile, f"{run_id}-{profile.name}", out_dir=out_dir, stem=stem, fetch=run.fetch
+            flow, sender, profile, req.run_id, out_dir=out_dir, stem=stem, fetch=run.fetch
         )
     if not keep_pcap:
         pcap.unlink(missing_ok=True)

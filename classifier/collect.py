@@ -607,7 +607,9 @@ def slot_truth(rec: GroundTruthRecord, sender: Trace) -> Trace:
 def truth_run_id(key: str, profile: str) -> str:
     """The run id a job's download in `profile` sent the server (measure_profile adds the
     profile's name), which names the server's record of it."""
-    return f"{key.replace('/', '-')}-{profile}"
+    from ccscope.capture.measure import profile_run_id
+
+    return profile_run_id(key.replace("/", "-"), profile)
 
 
 def save_slot_truth(rec: GroundTruthRecord, sender_file: str, slot: str, s: dict[str, Any]) -> None:
