@@ -63,6 +63,7 @@ from ccscope.classifier.conditions import (
     plan_quic_jobs,
 )
 from ccscope.errors import CCScopeError
+from ccscope.lab.lease import lease_path
 from ccscope.profile import Profile, first_rate_bps, kbit_spec, quic_profile
 
 if TYPE_CHECKING:
@@ -717,12 +718,9 @@ def exclusive(locks: Sequence[Path]) -> Iterator[None]:
 
 
 def collection_locks(root: Path, instances: Sequence[int], state_prefix: str) -> list[Path]:
-    """The collection's own lock and one per lab instance it brings up (beside the instance's
-    state directory, which a lab's purge may remove)."""
-    return [
-        root / ".collect.lock",
-        *(Path(f"{state_prefix}{i}.collect.lock") for i in sorted(set(instances))),
-    ]
+    """The collection's own lock and the lease of every lab instance it brings up: while held,
+    `ccscope lab up`/`down` on those labs from another terminal is refused (lab.LabLeased)."""
+    return [root / ".collect.lock", *(lease_path(f"{state_prefix}{i}") for i in sorted(set(instances)))]
 
 
 def collect(

@@ -36,6 +36,7 @@ from typing import Any
 
 from ccscope.errors import CCScopeError, LabError, LabNotUp
 from ccscope.lab.certs import ensure_certs
+from ccscope.lab.lease import LabLeased, lease_holder, lease_path
 from ccscope.lab.registry import (
     DEFAULT_CCAS,
     LAB_DOMAIN,
@@ -336,6 +337,7 @@ class Lab:
         """Bring the lab up (no-op if already up and healthy with the same parameters)."""
         params = params or LabParams()
         _require_root()
+        self._check_lease("bring it up again")
         self.dir.mkdir(parents=True, exist_ok=True)
         with self._locked():
             st = self.state()
@@ -349,6 +351,7 @@ class Lab:
     def down(self, *, purge: bool = False, timeout: float = 10.0) -> dict[str, Any]:
         """Stop everything the lab started and check nothing is left behind."""
         _require_root()
+        self._check_lease("take it down")
         if not self.dir.exists():
             return {"was_up": False, "leftovers": [], "purged": False}
         with self._locked():
@@ -602,6 +605,15 @@ class Lab:
             for f in (self.log_file, self.sink_log, self.link_stats):
                 f.unlink(missing_ok=True)
         return report
+
+    def _check_lease(self, what: str) -> None:
+        pid = lease_holder(self.dir)
+        if pid is not None:
+            raise LabLeased(
+                f"the lab in {self.dir} is leased to a running collection (pid {pid}, "
+                f"{lease_path(self.dir)}): stop that first rather than {what} under its downloads, "
+                "or use another --state-dir and --instance"
+            )
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -16,7 +16,7 @@ def test_a_second_collection_on_the_same_root_is_refused(tmp_path: Path) -> None
         with pytest.raises(CollectionBusy, match=rf"\.collect\.lock is held .*pid {os.getpid()}\)"):
             collect([], root, instances=[8], state_prefix=prefix)
         # another root on a lab instance in use: refused too (it would take that lab down)
-        with pytest.raises(CollectionBusy, match=r"lab-7\.collect\.lock"):
+        with pytest.raises(CollectionBusy, match=r"lab-7\.lease"):
             collect([], tmp_path / "other", instances=[7], state_prefix=prefix)
         assert collect([], tmp_path / "other", instances=[8], state_prefix=prefix).jobs == 0
     # released when the first one ends, by return or by exception
