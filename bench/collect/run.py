@@ -35,7 +35,8 @@ from typing import Any
 
 from ccscope.capture.host import cpu_times, steal_between
 from ccscope.classifier import conditions as c
-from ccscope.classifier.collect import collect, default_ccas, estimate_s, load_index
+from ccscope.classifier.collect import collect, default_ccas, estimate_s
+from ccscope.classifier.collected import load_index
 
 
 def _cpu() -> tuple[float, float]:

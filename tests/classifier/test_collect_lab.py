@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ccscope.classifier import conditions as c
-from ccscope.classifier.collect import collect, job_dir, load_index
+from ccscope.classifier.collect import collect, job_dir
+from ccscope.classifier.collected import load_index
 from ccscope.trace import Trace
 from tests.classifier.conftest import lab_draw, space_draw
 from tests.lab.lab_testkit import link_binary_or_skip, needs_root

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ccscope.classifier.collect import NO_TRUTH, fill_missing_truth, load_index
+from ccscope.classifier.collected import NO_TRUTH, fill_missing_truth, load_index
 from ccscope.lab.server import Request, write_record
 from ccscope.lab.tcpinfo import build_tcp_info
 from ccscope.trace import FlowKey, Trace

@@ -125,7 +125,8 @@ def test_every_drawn_link_is_accepted_by_the_emulator() -> None:
 
 
 def test_index_and_samples(tmp_path: Path) -> None:
-    from ccscope.classifier.collect import _record, load_index, samples
+    from ccscope.classifier.collect import _record
+    from ccscope.classifier.collected import load_index, samples
 
     d = c.sample("full", "eval", 2)
     f = tmp_path / "A.sender.trace.json"
