@@ -49,7 +49,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ccscope.classifier.collected import (
     NO_TRUTH,
@@ -70,11 +70,8 @@ from ccscope.classifier.conditions import (
     plan_quic_jobs,
 )
 from ccscope.errors import CCScopeError
-from ccscope.lab.lease import lease_path
+from ccscope.lab.lease import holder_text, lease_path, stamp_holder
 from ccscope.profile import Profile, first_rate_bps, kbit_spec, quic_profile
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
 DEFAULT_INSTANCES = (30,)
@@ -569,13 +566,11 @@ def exclusive(locks: Sequence[Path]) -> Iterator[None]:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
                 raise CollectionBusy(
-                    f"{p} is held by a running collection (pid {holder}): stop it, or give this "
-                    "one another --root and --instances"
+                    f"{p} is held by a running collection (pid {holder_text(fd) or 'unknown'}): "
+                    "stop it, or give this one another --root and --instances"
                 ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            stamp_holder(fd)
         yield
     finally:
         for fd in fds:

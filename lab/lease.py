@@ -1,6 +1,8 @@
 """A lab's lease: a long-running user of a lab instance (a collection) holds it, so that
 `ccscope lab up`/`down` from another terminal cannot pull the lab out from under its downloads.
-Kept apart from lab.py so the collection can take it without importing the lab."""
+Kept apart from lab.py so the collection can take it without importing the lab. A held lock
+file carries its holder's pid (`stamp_holder`, `holder_text`): the one format both the
+collection's locks and this module's reader use."""
 
 from __future__ import annotations
 
@@ -21,6 +23,17 @@ def lease_path(state_dir: str | Path) -> Path:
     the lab; beside the state directory, since a purge removes the directory itself."""
     d = Path(state_dir)
     return d.with_name(d.name + ".lease")
+
+
+def stamp_holder(fd: int) -> None:
+    """Write this process's pid into a lock file it has just locked: what `holder_text` reads."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
+def holder_text(fd: int) -> str:
+    """The pid `stamp_holder` wrote into a lock file, as text ("" if none was written)."""
+    return os.pread(fd, 32, 0).decode(errors="replace").strip()
 
 
 def _ancestors() -> set[int]:
@@ -51,7 +64,7 @@ def lease_holder(state_dir: str | Path) -> int | None:
             return None  # nobody holds it exclusively
         except BlockingIOError:
             pass
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        text = holder_text(fd)
         pid = int(text) if text.isdigit() else -1
         return None if pid in _ancestors() else pid
     finally:
