@@ -609,8 +609,9 @@ class Lab:
     def _check_lease(self, what: str) -> None:
         pid = lease_holder(self.dir)
         if pid is not None:
+            who = f"pid {pid}" if pid > 0 else "pid unknown: its lock file holds none"
             raise LabLeased(
-                f"the lab in {self.dir} is leased to a running collection (pid {pid}, "
+                f"the lab in {self.dir} is leased to a running collection ({who}, "
                 f"{lease_path(self.dir)}): stop that first rather than {what} under its downloads, "
                 "or use another --state-dir and --instance"
             )

@@ -90,3 +90,34 @@ def test_the_holder_and_its_children_may_use_their_own_lab(tmp_path: Path) -> No
     # released with the collection
     assert lease_holder(state_dir) is None
     assert os.path.exists(lease_path(state_dir))
+
+
+BARE_HOLDER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_lease_without_a_readable_pid_still_counts_as_held(tmp_path: Path) -> None:
+    """A holder that locked the file but wrote no pid (or garbage) holds it all the same: the
+    refusal must not depend on the stamp."""
+    state_dir = tmp_path / "lab-7"
+    p = subprocess.Popen(
+        [sys.executable, "-c", BARE_HOLDER, str(lease_path(state_dir))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "held"
+        assert lease_holder(state_dir) == -1
+        with pytest.raises(LabLeased, match=r"pid unknown: its lock file holds none"):
+            Lab(state_dir).down()
+    finally:
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait(timeout=10)
+    assert lease_holder(state_dir) is None  # released with its holder
