@@ -842,6 +842,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--scale", type=float, default=1.0, help="with --plan: each set's count per class times this (min 1)"
     )
+    p.add_argument(
+        "--train-per-cca", type=int, metavar="N",
+        help="with --plan reference: the train set's first N draws per CCA of its seeded stream "
+        "(default classifier.reference.N_TRAIN); more training draws, every other set unchanged",
+    )  # fmt: skip
     p.add_argument("--start", type=int, default=0, help="index of the first draw (default 0)")
     p.add_argument("--fix", action="append", default=[], choices=GROUPS, metavar="GROUP",
                    help=f"hold a factor group at its mildest ({', '.join(GROUPS)}); repeatable")  # fmt: skip
@@ -873,7 +878,13 @@ def run_cli(args: argparse.Namespace) -> int:
         if not 0 < args.scale <= 1:
             print(f"collect: --scale must be in (0, 1], not {args.scale}", file=sys.stderr)
             return 2
-        sets = plan(scale=args.scale) if args.plan == "reference" else quic_plan(scale=args.scale)
+        if args.train_per_cca is not None and (args.plan != "reference" or args.train_per_cca < 1):
+            print("collect: --train-per-cca needs --plan reference and a count >= 1", file=sys.stderr)
+            return 2
+        if args.plan == "reference":
+            sets = plan(scale=args.scale, train_per_cca=args.train_per_cca)
+        else:
+            sets = quic_plan(scale=args.scale)
         want = [x for x in (args.sets or ",".join(sets)).split(",") if x]
         unknown = [x for x in want if x not in sets]
         if unknown:

@@ -4,8 +4,9 @@ Every measurement is one CCA under one seeded draw of the condition space
 (`classifier/conditions.py`), through both of the draw's profiles. One CCA per draw, so every
 CCA meets as many different paths as there are measurements of it. The sets:
 
-* `train` (`N_TRAIN` per CCA): `full` space, train split; each factor group held at its
-  mildest with probability `MILD_P`, independently. Fitting and (out of bag) calibration.
+* `train` (`N_TRAIN` per CCA, or `plan(train_per_cca=N)`): `full` space, train split; each
+  factor group held at its mildest with probability `MILD_P`, independently. Fitting and (out
+  of bag) calibration.
 * `heldout_runs` (`N_RUNS` per CCA): the first training draws of each CCA, a second run (new
   emulator seeds): the old "held-out runs", a path trained on and a run never seen.
 * `unseen` (`N_UNSEEN` per CCA): `full` space, eval split. Will it hold out there?
@@ -72,15 +73,21 @@ def _jobs(space: str, split: str, ccas: Sequence[str], n: int, *, mild: bool = F
     return jobs
 
 
-def plan(ccas: Sequence[str] | None = None, scale: float = 1.0) -> dict[str, list[DrawJob]]:
-    """The reference set's jobs per set; `scale` shrinks every count (a smoke run)."""
+def plan(
+    ccas: Sequence[str] | None = None, scale: float = 1.0, train_per_cca: int | None = None
+) -> dict[str, list[DrawJob]]:
+    """The reference set's jobs per set; `scale` shrinks every count (a smoke run).
+
+    `train_per_cca` grows (or shrinks) the training set alone: the first that many draws per CCA
+    of the same seeded stream, so a larger set holds the smaller one and every other set is
+    unchanged (growing the training data without touching what evaluates it)."""
     ccas = tuple(ccas or trained_ccas())
     variants = tuple(VARIANTS)
 
     def n(x: int) -> int:
         return max(1, round(x * scale))
 
-    train = _jobs("full", "train", ccas, n(N_TRAIN), mild=True)
+    train = _jobs("full", "train", ccas, train_per_cca or n(N_TRAIN), mild=True)
     first = {c: [j for j in train if j.cca == c][: n(N_RUNS)] for c in ccas}
     return {
         "train": train,

@@ -45,3 +45,16 @@ def test_collected_records_land_in_their_sets() -> None:
     assert sample_set({"split": "eval", "space": "other-profiles", "run": 0}) == "other_profiles"
     assert sample_set({"split": "eval", "space": "full", "is_variant": True}) == "variants"
     assert sample_set({"split": "calib", "space": "full", "is_variant": True}) == "variants_design"
+
+
+def test_more_training_draws_extend_the_same_stream_and_leave_evaluation_alone() -> None:
+    small, big = plan(scale=0.2), plan(scale=0.2, train_per_cca=30)
+    n_ccas = len({j.cca for j in small["train"]})
+    assert len(big["train"]) == 30 * n_ccas
+    # the smaller set is the larger one's prefix: same draws, same mild groups
+    assert [j.key for j in big["train"][: len(small["train"])]] == [j.key for j in small["train"]]
+    assert len({j.draw.id for j in big["train"]}) == len(big["train"])
+    assert {split_of_seed(j.draw.seed) for j in big["train"]} == {"train"}
+    for k in small:
+        if k != "train":
+            assert [j.key for j in big[k]] == [j.key for j in small[k]], k
