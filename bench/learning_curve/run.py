@@ -128,7 +128,7 @@ def main() -> int:
     ap.add_argument("--train-root", type=Path, action="append", default=[],
                     help="a collection whose new training draws join the pool (repeatable)")  # fmt: skip
     ap.add_argument("--unseen-root", type=Path, help="score on this collection's unseen draws")
-    ap.add_argument("--plot", type=Path, help="write the curve as a PNG here")
+    ap.add_argument("--plot", type=Path, help="the curve as a PNG (default: beside --out, .png)")
     a = ap.parse_args()
 
     from ccscope.classifier.train import (
@@ -200,8 +200,7 @@ def main() -> int:
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
-    if a.plot:
-        plot(summary, a.plot)
+    plot(summary, a.plot or a.out.with_suffix(".png"))
     for r in summary:
         t1r, rr = r["top1_recall"], r["recall"]
         print(f"{r['draws']:>5} draws  top-1 {t1r['mean']:.3f} ± {t1r['sd'] or 0:.3f}  "
