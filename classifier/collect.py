@@ -70,7 +70,7 @@ from ccscope.classifier.conditions import (
     plan_quic_jobs,
 )
 from ccscope.errors import CCScopeError
-from ccscope.lab.lease import holder_text, lease_path, stamp_holder
+from ccscope.lab.lease import holder_label, lease_path, read_holder, stamp_holder
 from ccscope.profile import Profile, first_rate_bps, kbit_spec, quic_profile
 
 DEFAULT_ROOT = Path("/var/tmp/ccscope-draws")
@@ -567,7 +567,7 @@ def exclusive(locks: Sequence[Path]) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise CollectionBusy(
-                    f"{p} is held by a running collection (pid {holder_text(fd) or 'unknown'}): "
+                    f"{p} is held by a running collection ({holder_label(read_holder(fd))}): "
                     "stop it, or give this one another --root and --instances"
                 ) from None
             stamp_holder(fd)

@@ -36,7 +36,7 @@ from typing import Any
 
 from ccscope.errors import CCScopeError, LabError, LabNotUp
 from ccscope.lab.certs import ensure_certs
-from ccscope.lab.lease import LabLeased, lease_holder, lease_path
+from ccscope.lab.lease import LabLeased, holder_label, lease_holder, lease_path
 from ccscope.lab.registry import (
     DEFAULT_CCAS,
     LAB_DOMAIN,
@@ -609,9 +609,8 @@ class Lab:
     def _check_lease(self, what: str) -> None:
         pid = lease_holder(self.dir)
         if pid is not None:
-            who = f"pid {pid}" if pid > 0 else "pid unknown: its lock file holds none"
             raise LabLeased(
-                f"the lab in {self.dir} is leased to a running collection ({who}, "
+                f"the lab in {self.dir} is leased to a running collection ({holder_label(pid)}, "
                 f"{lease_path(self.dir)}): stop that first rather than {what} under its downloads, "
                 "or use another --state-dir and --instance"
             )

@@ -1,8 +1,8 @@
 """A lab's lease: a long-running user of a lab instance (a collection) holds it, so that
 `ccscope lab up`/`down` from another terminal cannot pull the lab out from under its downloads.
 Kept apart from lab.py so the collection can take it without importing the lab. A held lock
-file carries its holder's pid (`stamp_holder`, `holder_text`): the one format both the
-collection's locks and this module's reader use."""
+file carries its holder's pid (`stamp_holder`, `read_holder`, `holder_label`): the one format
+and the one wording both the collection's locks and the lab's refusal use."""
 
 from __future__ import annotations
 
@@ -26,14 +26,20 @@ def lease_path(state_dir: str | Path) -> Path:
 
 
 def stamp_holder(fd: int) -> None:
-    """Write this process's pid into a lock file it has just locked: what `holder_text` reads."""
+    """Write this process's pid into a lock file it has just locked: what `read_holder` reads."""
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
 
-def holder_text(fd: int) -> str:
-    """The pid `stamp_holder` wrote into a lock file, as text ("" if none was written)."""
-    return os.pread(fd, 32, 0).decode(errors="replace").strip()
+def read_holder(fd: int) -> int:
+    """The pid `stamp_holder` wrote into a lock file; -1 if none (or no number) was written."""
+    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else -1
+
+
+def holder_label(pid: int) -> str:
+    """How a refusal names a lock's holder (`read_holder`'s pid)."""
+    return f"pid {pid}" if pid > 0 else "pid unknown: its lock file holds none"
 
 
 def _ancestors() -> set[int]:
@@ -64,8 +70,7 @@ def lease_holder(state_dir: str | Path) -> int | None:
             return None  # nobody holds it exclusively
         except BlockingIOError:
             pass
-        text = holder_text(fd)
-        pid = int(text) if text.isdigit() else -1
+        pid = read_holder(fd)
         return None if pid in _ancestors() else pid
     finally:
         os.close(fd)
