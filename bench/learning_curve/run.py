@@ -48,21 +48,17 @@ def log(msg: str) -> None:
 
 def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Open-set tallies, mean per-class recall and mean per-class closed-set top-1."""
+    from ccscope.classifier.train import mean_recall
+
     t: collections.Counter[str] = collections.Counter()
-    per: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
     for r in rows:
         right = r["pred"] == r["label"]
-        kind = "right" if right else r["pred"] if r["pred"] in ("unknown", "insufficient") else "wrong"
-        t[kind] += 1
+        t["right" if right else r["pred"] if r["pred"] in ("unknown", "insufficient") else "wrong"] += 1
         t["top1_right"] += r["top1"] == r["label"]
-        p = per[r["label"]]
-        p[0] += right
-        p[1] += r["top1"] == r["label"]
-        p[2] += 1
     return {
         "tally": {k: t.get(k, 0) for k in ("right", "wrong", "unknown", "insufficient", "top1_right")},
-        "recall": round(statistics.mean(a / n for a, _, n in per.values()), 4),
-        "top1_recall": round(statistics.mean(b / n for _, b, n in per.values()), 4),
+        "recall": round(mean_recall(rows) or 0.0, 4),
+        "top1_recall": round(mean_recall(rows, "top1") or 0.0, 4),
     }
 
 
