@@ -49,6 +49,10 @@ class FetchResult:
     redirects: list[str] = field(default_factory=list)
     truncated: bool = False  # stopped at max_bytes or the deadline, or the body ended short
     stopped: bool = False  # ended early on SIGTERM (adaptive stopping): the body so far counts
+    # The evidence cap (adaptive stopping's StoppingRule.cap_s), when asked for: the path's RTT
+    # as this connection measured it and the seconds the download was then allowed.
+    rtt_ms: float | None = None
+    cap_s: float | None = None
     error: str | None = None
     # What kind of failure, for whoever decides to retry: target_refused, dns_temporary,
     # connection_refused, timeout, unreachable, network, tls, protocol, redirects (None when
@@ -111,6 +115,25 @@ def _connect(target: Target, deadline: float, cafile: str | None, cadata: str | 
     raise FetchError(f"cannot connect to {target.host}:{target.port}: {last}", kind)
 
 
+# struct tcp_info: tcpi_rtt (smoothed, µs) at byte 68, tcpi_min_rtt (µs) at byte 148 (Linux).
+_TCPI_RTT, _TCPI_MIN_RTT = 68, 148
+
+
+def path_rtt_s(sock: socket.socket) -> float | None:
+    """The connection's round-trip time as the kernel measured it (the handshake's and the
+    request's samples): its minimum where the kernel reports one, else the smoothed one."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
+    except (OSError, AttributeError):
+        return None
+    for off in (_TCPI_MIN_RTT, _TCPI_RTT):
+        if len(raw) >= off + 4:
+            us = int.from_bytes(raw[off : off + 4], "little")
+            if 0 < us < 0xFFFFFFFF:
+                return us / 1e6
+    return None
+
+
 def _content_length(headers: dict[str, str]) -> int | None:
     """The declared body length; None when absent or not a plain non-negative integer."""
     v = headers.get("content-length", "")
@@ -152,9 +175,13 @@ def fetch(
     run_id: str | None = None,
     user_agent: str = USER_AGENT,
     policy: TargetPolicy | None = None,
+    cap_rtts: float | None = None,
+    cap_min_s: float = 0.0,
 ) -> FetchResult:
     """Download `url` once, following up to MAX_REDIRECTS redirects, each hop vetted by
-    `policy` (default: lab mode's if `lab` or CCSCOPE_LAB=1, else public addresses only)."""
+    `policy` (default: lab mode's if `lab` or CCSCOPE_LAB=1, else public addresses only).
+    `cap_rtts`: the evidence cap; once the response head is in, the download may run no longer
+    than max(`cap_min_s`, `cap_rtts` x the connection's RTT) from the start (nor `timeout`)."""
     pol = policy or TargetPolicy.from_mode(lab)
     res = FetchResult(url=url)
     start = time.monotonic()
@@ -180,6 +207,12 @@ def fetch(
             sock.sendall(("\r\n".join(req) + "\r\n\r\n").encode())
             status, headers, body = _read_head(sock, deadline)
             res.status = status
+            if cap_rtts is not None:
+                rtt = path_rtt_s(sock)
+                cap = max(cap_min_s, cap_rtts * rtt) if rtt is not None else cap_min_s
+                res.rtt_ms = round(rtt * 1e3, 3) if rtt is not None else None
+                res.cap_s = round(min(cap, timeout), 3)
+                deadline = min(deadline, start + cap)
             if status in (301, 302, 303, 307, 308) and "location" in headers:
                 current = urljoin(current, headers["location"])
                 res.redirects.append(current)
@@ -233,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--max-bytes", type=int, default=16 * 1024 * 1024)
     ap.add_argument("--run-id")
+    ap.add_argument(
+        "--cap-rtts",
+        type=float,
+        help="the evidence cap: stop after this many of the connection's RTTs (at least --cap-min-s)",
+    )
+    ap.add_argument("--cap-min-s", type=float, default=0.0)
     args = ap.parse_args(argv)
     out: dict[str, Any]
     # A SIGTERM mid-body ends the download as a cut one (exit 0, `stopped`), not as a failure.
@@ -247,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             max_bytes=args.max_bytes,
             run_id=args.run_id,
             policy=TargetPolicy.from_mode(args.lab).widened(*args.allow),
+            cap_rtts=args.cap_rtts,
+            cap_min_s=args.cap_min_s,
         )
         out = asdict(r)
         code = 0 if 200 <= r.status < 300 else 4

@@ -174,6 +174,7 @@ def measure_profile(
     transport: str = "tcp",
     stop: StopSignal | None = None,
     groundtruth: bool = True,
+    cap: StoppingRule | None = None,
 ) -> ProfileRun:
     """One download through one profile; never raises for a failed download, reports it.
     `access`: link options of an emulated access path around the profile's shell (a lab
@@ -184,9 +185,11 @@ def measure_profile(
     `transport` names a catalogued transport (ccscope/transports.py); it adapts the profile
     (QUIC needs 1280-byte packets) and supplies the client and the capture -> trace step.
     Setting `stop` ends the download where it is (adaptive stopping); what was captured until
-    then is the trace. `groundtruth=False` skips the lab's comparison with the server's record
-    (a caller that keeps only the traces: it reads every record of the last minutes, so its
-    CPU grows with the measurements running at once)."""
+    then is the trace. `cap`: the rule whose evidence cap (StoppingRule.cap_s, from the
+    connection's RTT) the TCP client keeps by itself, so that a download a late check did not
+    stop still ends where the classifier's evidence does. `groundtruth=False` skips the lab's
+    comparison with the server's record (a caller that keeps only the traces: it reads every
+    record of the last minutes, so its CPU grows with the measurements running at once)."""
     tr = get_transport(transport)
     why = tr.unavailable()
     if why:
@@ -208,8 +211,10 @@ def measure_profile(
         stem=stem,
         lab=lab,
         cafile=cafile,
-        timeout=timeout,
+        timeout=min(timeout, cap.cap_max_s) if cap is not None else timeout,
         max_bytes=max_bytes,
+        cap_rtts=cap.cap_rtts if cap is not None else None,
+        cap_min_s=cap.cap_min_s if cap is not None else 0.0,
     )
     sh = run_in_shell(
         tr.client_command(req),
@@ -303,9 +308,10 @@ def measure(
     `stopping.every_s` seconds the captures so far become traces and are classified (`classify`,
     default the shipped classifier); once `stopping.settled(...)` the downloads are stopped and
     the traces end there. The rule never stops before `min_s` seconds of trace, the evidence a
-    BBRv1 server's ProbeRTT (every 10 s) needs; otherwise `timeout`/`max_bytes` cap the
-    downloads as usual. `Measurement.stopping` records the checks. `groundtruth`: in the lab,
-    score each profile against the server's own record (measure_profile)."""
+    BBRv1 server's ProbeRTT (every 10 s) needs; otherwise the rule's evidence cap (cap_s), kept
+    by the TCP client itself, `timeout` and `max_bytes` end the downloads.
+    `Measurement.stopping` records the checks. `groundtruth`: in the lab, score each profile
+    against the server's own record (measure_profile)."""
     get_transport(transport)  # an unknown name is refused before anything runs
     if stopping is not None:
         concurrent = True
@@ -340,6 +346,7 @@ def measure(
                     transport=transport,
                     stop=stop,
                     groundtruth=groundtruth,
+                    cap=stopping,
                 )
         except CCScopeError as e:
             return ProfileRun(profile=name, ok=False, error=str(e), error_kind=e.kind, transport=transport)
@@ -469,7 +476,10 @@ class _Watcher:
                 self.readers[p.name] = tr.live(out / f"{p.name}.pcap", object_url=url, profile=p)
         self.classify = classify
         self.record: dict[str, Any] = {
-            "rule": {k: getattr(rule, k) for k in ("every_s", "min_s", "stable", "min_p")},
+            "rule": {
+                k: getattr(rule, k)
+                for k in ("every_s", "min_s", "stable", "min_p", "cap_rtts", "cap_min_s", "cap_max_s")
+            },
             "settled": False,
             "stopped_at_s": None,
             "verdict": None,

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ccscope.classifier.stopping import StoppingRule
 from ccscope.profile import PUBLISHED_PROFILES, STANDARD_PROFILES, Direction, Profile, kbit_spec
 
 SPACE_VERSION = 1
@@ -308,10 +309,10 @@ class Draw:
         return self.path.rtt_ms + sum(2 * a.delay_ms for a in self.placement.access) + prof.base_rtt_ms
 
     def duration_cap_s(self, slot: str) -> float:
-        """How long one profile's download may run: 120 round trips (several congestion epochs of
-        a loss-based CCA at these BDPs, a dozen ProbeBW cycles of BBR), at least 25 s and at most
-        150 s; a 10 MB object at 50 kbit/s would otherwise take half an hour."""
-        return min(150.0, max(25.0, 120.0 * self.rtt_ms(slot) / 1e3))
+        """How long one profile's download may run: the evidence cap of adaptive stopping's rule
+        (StoppingRule.cap_s: 120 round trips, 25-150 s), which a census measurement also keeps;
+        a 10 MB object at 50 kbit/s would otherwise take half an hour."""
+        return StoppingRule().cap_s(self.rtt_ms(slot) / 1e3)
 
     def expected_duration_s(self, slot: str) -> float:
         """A rough guess at one download's length (for wall-time estimates)."""

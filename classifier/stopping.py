@@ -10,7 +10,12 @@ the measurement stops at the first check where
 2. the verdict (a label, or Unknown) is the same at the last `stable` checks, and
 3. the named class's calibrated probability is at least `min_p` at each of them.
 
-Otherwise the downloads run to their cap and the full traces decide. The rule's error budget is
+Otherwise the downloads run to the evidence cap (`cap_s`) and the full traces decide. The cap is
+the length of trace the classifier's figures are measured on: the reference collection's draws
+run `cap_s` of their path's RTT (classifier/conditions.py), so a census trace longer than that is
+one no figure speaks for, and its extra packets cost the measuring host CPU for nothing. The
+download client enforces the cap itself (capture/fetch.py, from its connection's RTT), so it
+holds when a loaded worker's checks come late. The rule's error budget is
 stated as the share of measurements whose stopped verdict differs from the full-length one; the
 bench measures it on held-out lab draws (`simulate` replays recorded traces cut at each check).
 
@@ -44,6 +49,16 @@ class StoppingRule:
     stable: int = 3
     # MIN_P_WHY says how this threshold was chosen.
     min_p: float = 0.3
+    # The evidence cap (cap_s): 120 round trips (several congestion epochs of a loss-based CCA
+    # at the profiles' BDPs, a dozen BBR ProbeBW cycles), at least 25 s (two of BBRv1's
+    # ProbeRTTs, 10 s apart, after slow start), at most 150 s.
+    cap_rtts: float = 120.0
+    cap_min_s: float = 25.0
+    cap_max_s: float = 150.0
+
+    def cap_s(self, rtt_s: float) -> float:
+        """How long a download on a path of round-trip time `rtt_s` may run."""
+        return min(self.cap_max_s, max(self.cap_min_s, self.cap_rtts * max(rtt_s, 0.0)))
 
     def useful(self, held_s: float) -> bool:
         """Whether a check of traces holding `held_s` seconds can matter: it can only be among

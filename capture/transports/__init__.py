@@ -34,6 +34,10 @@ class ClientRequest:
     cafile: Path | None = None
     timeout: float = 60.0
     max_bytes: int = 16 * 1024 * 1024
+    # The evidence cap (StoppingRule.cap_s), kept by the client from its connection's RTT:
+    # at most max(cap_min_s, cap_rtts x RTT) seconds; None: only `timeout`.
+    cap_rtts: float | None = None
+    cap_min_s: float = 0.0
 
 
 @dataclass

@@ -14,7 +14,10 @@ from ccscope.trace import Trace
 
 
 def client_command(req: ClientRequest) -> list[str]:
-    return python_client("ccscope.capture.fetch", req)
+    cap: tuple[str, ...] = ()
+    if req.cap_rtts is not None:
+        cap = ("--cap-rtts", f"{req.cap_rtts:g}", "--cap-min-s", f"{req.cap_min_s:g}")
+    return python_client("ccscope.capture.fetch", req, *cap)
 
 
 def pick_flow(traces: list[Trace], local_port: int) -> Trace:

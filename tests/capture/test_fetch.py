@@ -186,3 +186,14 @@ def test_lab_mode_from_the_environment_still_counts(monkeypatch: pytest.MonkeyPa
     assert lab_mode_enabled()
     monkeypatch.setenv("CCSCOPE_LAB", "0")
     assert not lab_mode_enabled()
+
+
+def test_the_evidence_cap_ends_a_download_at_its_floor_on_a_short_path(server):
+    # On loopback 120 RTTs are a few milliseconds: the floor (cap_min_s) decides.
+    t0 = time.monotonic()
+    r = fetch(f"{server}/slow", policy=LOOPBACK, timeout=30, cap_rtts=120, cap_min_s=1.0)
+    took = time.monotonic() - t0
+    assert r.status == 200 and r.truncated and not r.stopped
+    assert r.rtt_ms is not None and 0 < r.rtt_ms < 50
+    assert r.cap_s == 1.0
+    assert 1.0 <= took < 3.0 and 0 < r.bytes < 10_000_000

@@ -58,3 +58,17 @@ def test_skipped_checks_change_nothing(
     made = sum(1 for k in range(1, 100) if k * rule.every_s < min(t.duration for t in pair))
     skipped = sum(1 for k in range(1, 100) if not rule.useful(k * rule.every_s))
     assert calls <= made - skipped + 1
+
+
+def test_the_evidence_cap_is_the_reference_collections_length() -> None:
+    rule = StoppingRule()
+    assert rule.cap_s(0.010) == rule.cap_min_s  # 120 x 10 ms is under the floor
+    assert rule.cap_s(0.5) == pytest.approx(60.0)  # 120 round trips
+    assert rule.cap_s(5.0) == rule.cap_max_s
+    # A census trace is never longer than the draws the classifier's figures are measured on.
+    from ccscope.classifier.conditions import sample
+
+    for i in range(20):
+        d = sample("full", "train", i)
+        for slot in ("A", "B"):
+            assert d.duration_cap_s(slot) == rule.cap_s(d.rtt_ms(slot) / 1e3)
