@@ -146,7 +146,10 @@ def format_measurement(d: dict[str, Any]) -> str:
                 f"({st['verdict']}) settled over {st['rule']['stable']} checks"
             )
         else:
-            lines.append(f"adaptive stopping: not settled after {len(st['checks'])} checks; full downloads")
+            lines.append(
+                f"adaptive stopping: not settled after {len(st['checks'])} checks; the downloads ran "
+                "to their end or the evidence cap"
+            )
     return "\n".join(lines)
 
 
@@ -427,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--adaptive",
         action="store_true",
         help="stop the downloads once the verdict has settled (adaptive stopping; implies --concurrent; "
-        "never before 14 s of trace)",
+        "never before 14 s of trace, at the latest after max(25 s, 120 RTTs))",
     )
     p.add_argument(
         "--transport",

@@ -56,8 +56,10 @@ def figures() -> dict[str, Any]:
     trace = _median(sweep, "trace_bytes_per_measurement_median")
     f["WIRE"] = round(wire / 1e6, 2) if wire else None
     f["TRACE"] = round(trace / 1e3, 1) if trace else None
-    f["GZ"] = _median(sweep, "trace_gzip_ratio_median")
-    f["EVID"] = _median(sweep, "verdict_evidence_bytes_median")
+    # an even number of sweep rows gives a mean of two medians: round to the figures' precision
+    gz, evid = _median(sweep, "trace_gzip_ratio_median"), _median(sweep, "verdict_evidence_bytes_median")
+    f["GZ"] = round(gz, 2) if gz else None
+    f["EVID"] = round(evid) if evid else None
     sizes = chaos.get("store_sizes") or {}
     n = (sizes.get("measurements") or {}).get("rows")
     if n:

@@ -137,7 +137,7 @@ def main() -> int:
             f"{args.lab_sample_ms:g} ms (0: none, as the Internet's servers keep none for us)"
         )
         unst = (doc.get("projection_derivation") or {}).get("unstarved")
-        doc.update(projection(doc["sweep"], steady=doc["steady"]))
+        doc.update(projection(doc.get("sweep") or doc["steady"], steady=doc["steady"]))
         doc["projection_derivation"]["unstarved"] = unst
     if args.part in ("sweep", "all"):
         load0 = [round(x, 2) for x in os.getloadavg()]
