@@ -8,6 +8,9 @@ adaptive-stopping study can add theirs):
 * `profiles` (profiles.py): do profiles A and B disturb each other when measured at the same time?
 * `sweep` (sweep.py): one worker runs K measurements at once, profiles concurrent, for each K;
   each K is one census in a child process (census.py), its CPU from wait4.
+* `steady`: the same with a census of several times K sites, K at a time (a worker over a long
+  list); `all` runs it at --steady-k with the lab keeping no ground-truth samples, as the
+  Internet's servers keep none for us (sites_per_hour_measured is the best row of either).
 * `projection` (sweep.py): sites per hour for a 2-core host that only measures, derived from the
   sweep's CPU seconds per measurement (the derivation is written into the JSON).
 * `cpu` (cpu.py): the measuring side's CPU per measurement, by stage (cpuprobe.py).
@@ -67,7 +70,14 @@ def main() -> int:
     )
     ap.add_argument("--rounds", type=int, default=2, help="profiles: rounds of each order")
     ap.add_argument("--size", type=int, default=200_000, help="profiles: object bytes")
-    ap.add_argument("--k", default="32,64,128", help="sweep, steady: concurrency levels")
+    ap.add_argument("--k", default="16,32,64,128", help="sweep, steady: concurrency levels")
+    ap.add_argument("--steady-k", default="16,32", help="all: the steady census's concurrency levels")
+    ap.add_argument(
+        "--steady-lab-sample-ms",
+        type=float,
+        default=0.0,
+        help="all: the lab servers' TCP_INFO sampling period during the steady census (0: none)",
+    )
     ap.add_argument("--sites-per-k", type=int, default=3,
                     help="steady: sites per census, as a multiple of K (sweep: 1)")  # fmt: skip
     ap.add_argument("--work-dir", default="/var/tmp/ccscope-bench-scale")
@@ -125,6 +135,13 @@ def main() -> int:
         _write(out, doc)
         log(json.dumps({k: doc[args.cpu_label][k] for k in ("cpu_s_per_measurement", "parts_cpu_s")}))
         return 0
+    if args.part == "all":  # the steady census first: the sweep's projection then reads both
+        args.part = "steady"
+        base = (args.k, args.lab_sample_ms, args.sites_per_k)
+        args.k, args.lab_sample_ms = args.steady_k, args.steady_lab_sample_ms
+        steady_first = True
+    else:
+        steady_first = False
     if args.part == "steady":
         load0 = [round(x, 2) for x in os.getloadavg()]
         args.sweep_label = "steady"
@@ -139,6 +156,10 @@ def main() -> int:
         unst = (doc.get("projection_derivation") or {}).get("unstarved")
         doc.update(projection(doc.get("sweep") or doc["steady"], steady=doc["steady"]))
         doc["projection_derivation"]["unstarved"] = unst
+        _write(out, doc)
+        if steady_first:
+            args.part = "all"
+            args.k, args.lab_sample_ms, args.sites_per_k = base
     if args.part in ("sweep", "all"):
         load0 = [round(x, 2) for x in os.getloadavg()]
         args.sweep_label, args.sites_per_k = "sweep", 1
