@@ -273,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--cap-min-s", type=float, default=0.0)
     args = ap.parse_args(argv)
+    if args.cap_rtts is not None and not 0 < args.cap_rtts < float("inf"):
+        ap.error("--cap-rtts must be a positive number of round trips")
+    if not 0 <= args.cap_min_s < float("inf"):
+        ap.error("--cap-min-s must be a non-negative number of seconds")
     out: dict[str, Any]
     # A SIGTERM mid-body ends the download as a cut one (exit 0, `stopped`), not as a failure.
     signal.signal(signal.SIGTERM, _on_sigterm)

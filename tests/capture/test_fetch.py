@@ -145,6 +145,15 @@ def test_cli_prints_one_json_line_and_exit_codes(server):
         timeout=30,
     )
     assert refused.returncode == 3 and "refused" in json.loads(refused.stdout)["error"]
+    base = [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/obj/10", "--allow", "127.0.0.1/32"]
+    for bad in (["--cap-rtts", "0"], ["--cap-rtts", "nan"], ["--cap-rtts", "5", "--cap-min-s", "-1"]):
+        r = subprocess.run(
+            [*base, *bad],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert r.returncode == 2 and "--cap-" in r.stderr, bad
 
 
 def test_sigterm_mid_body_ends_as_a_stopped_download(server):
