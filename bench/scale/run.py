@@ -62,6 +62,25 @@ def _write(out: Path, doc: dict[str, Any]) -> None:
     out.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def _part_steady(args: argparse.Namespace, doc: dict[str, Any], out: Path) -> None:
+    """A census of sites_per_k x K lab sites per K, K at a time, into doc["steady"], and the
+    headline figures recomputed with it."""
+    load0 = [round(x, 2) for x in os.getloadavg()]
+    args.sweep_label = "steady"
+    doc.update(part_sweep(args))
+    doc["steady_host"] = {**host(), "load_before": load0, "note": args.host_note}
+    doc["steady_date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    doc["steady_note"] = (
+        f"a census of {args.sites_per_k} x K lab sites per K, K at a time (a worker over a long "
+        f"list), profiles side by side, adaptive stopping, the lab's TCP_INFO sampling every "
+        f"{args.lab_sample_ms:g} ms (0: none, as the Internet's servers keep none for us)"
+    )
+    unst = (doc.get("projection_derivation") or {}).get("unstarved")
+    doc.update(projection(doc.get("sweep") or doc["steady"], steady=doc["steady"]))
+    doc["projection_derivation"]["unstarved"] = unst
+    _write(out, doc)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench/results/scale.json")
@@ -135,31 +154,11 @@ def main() -> int:
         _write(out, doc)
         log(json.dumps({k: doc[args.cpu_label][k] for k in ("cpu_s_per_measurement", "parts_cpu_s")}))
         return 0
-    if args.part == "all":  # the steady census first: the sweep's projection then reads both
-        args.part = "steady"
-        base = (args.k, args.lab_sample_ms, args.sites_per_k)
-        args.k, args.lab_sample_ms = args.steady_k, args.steady_lab_sample_ms
-        steady_first = True
-    else:
-        steady_first = False
     if args.part == "steady":
-        load0 = [round(x, 2) for x in os.getloadavg()]
-        args.sweep_label = "steady"
-        doc.update(part_sweep(args))
-        doc["steady_host"] = {**host(), "load_before": load0, "note": args.host_note}
-        doc["steady_date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        doc["steady_note"] = (
-            f"a census of {args.sites_per_k} x K lab sites per K, K at a time (a worker over a long "
-            f"list), profiles side by side, adaptive stopping, the lab's TCP_INFO sampling every "
-            f"{args.lab_sample_ms:g} ms (0: none, as the Internet's servers keep none for us)"
-        )
-        unst = (doc.get("projection_derivation") or {}).get("unstarved")
-        doc.update(projection(doc.get("sweep") or doc["steady"], steady=doc["steady"]))
-        doc["projection_derivation"]["unstarved"] = unst
-        _write(out, doc)
-        if steady_first:
-            args.part = "all"
-            args.k, args.lab_sample_ms, args.sites_per_k = base
+        _part_steady(args, doc, out)
+    elif args.part == "all":  # the steady census first: the sweep's projection then reads both
+        steady = {**vars(args), "k": args.steady_k, "lab_sample_ms": args.steady_lab_sample_ms}
+        _part_steady(argparse.Namespace(**steady), doc, out)
     if args.part in ("sweep", "all"):
         load0 = [round(x, 2) for x in os.getloadavg()]
         args.sweep_label, args.sites_per_k = "sweep", 1
