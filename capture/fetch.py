@@ -24,6 +24,7 @@ from urllib.parse import urljoin
 
 from ccscope.errors import CCScopeError, TargetRefused
 from ccscope.identity import USER_AGENT
+from ccscope.lab.tcpinfo import TCP_INFO, TCP_INFO_LEN, parse_tcp_info
 from ccscope.targets import Target, TargetPolicy
 
 MAX_REDIRECTS = 5
@@ -115,22 +116,16 @@ def _connect(target: Target, deadline: float, cafile: str | None, cadata: str | 
     raise FetchError(f"cannot connect to {target.host}:{target.port}: {last}", kind)
 
 
-# struct tcp_info: tcpi_rtt (smoothed, µs) at byte 68, tcpi_min_rtt (µs) at byte 148 (Linux).
-_TCPI_RTT, _TCPI_MIN_RTT = 68, 148
-
-
 def path_rtt_s(sock: socket.socket) -> float | None:
     """The connection's round-trip time as the kernel measured it (the handshake's and the
     request's samples): its minimum where the kernel reports one, else the smoothed one."""
     try:
-        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-    except (OSError, AttributeError):
+        info = parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_LEN))
+    except (OSError, ValueError):
         return None
-    for off in (_TCPI_MIN_RTT, _TCPI_RTT):
-        if len(raw) >= off + 4:
-            us = int.from_bytes(raw[off : off + 4], "little")
-            if 0 < us < 0xFFFFFFFF:
-                return us / 1e6
+    for us in (info.min_rtt_us, info.rtt_us):
+        if 0 < us < 0xFFFFFFFF:  # ~0U: no sample yet
+            return us / 1e6
     return None
 
 
