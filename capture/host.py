@@ -11,6 +11,7 @@ the steal over their run so a distorted one can be told from an emulator that fe
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,3 +53,60 @@ def steal_between(a: CpuTimes | None, b: CpuTimes | None) -> dict[str, Any] | No
         "steal_s": round((b.steal - a.steal) / tick, 3),
         "steal_share": round((b.steal - a.steal) / span, 4) if span else 0.0,
     }
+
+
+@dataclass(frozen=True)
+class CpuBusy:
+    """One CPU's `cpuN` line of /proc/stat, in clock ticks, and when it was read.
+
+    The busy fields (user, nice, system, irq, softirq) are sampled at the timer tick, and a CPU
+    that sleeps between short bursts of work stops its tick while idle: a loopback transfer of
+    small writes on one CPU shows half its processes' CPU time there. The idle and iowait fields
+    are kept exactly (the idle loop's own clock), so busy time is read as the wall-clock span
+    less them and the steal."""
+
+    ticked_busy: int  # user + nice + system + irq + softirq
+    idle: int  # idle + iowait
+    steal: int
+    at: float  # time.monotonic() of the reading
+
+
+def cpu_busy_by_cpu(path: Path = PROC_STAT) -> dict[int, CpuBusy]:
+    """Each CPU's counters now ({} where the file is missing or not in the expected shape)."""
+    at = time.monotonic()
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[int, CpuBusy] = {}
+    for line in lines:
+        f = line.split()
+        if len(f) < 9 or not f[0].startswith("cpu") or not f[0][3:].isdigit():
+            continue
+        try:
+            user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in f[1:9])
+        except ValueError:
+            return {}
+        out[int(f[0][3:])] = CpuBusy(user + nice + system + irq + softirq, idle + iowait, steal, at)
+    return out
+
+
+def busy_between(a: dict[int, CpuBusy], b: dict[int, CpuBusy]) -> dict[int, dict[str, float]]:
+    """Per CPU between two readings, in seconds: busy (the span less idle, iowait and steal),
+    the tick-sampled busy fields beside it, steal, and the span (CPUs missing from either
+    reading, or whose counters went back, are left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, dict[str, float]] = {}
+    for cpu, x in a.items():
+        y = b.get(cpu)
+        if y is None or y.ticked_busy < x.ticked_busy or y.idle < x.idle or y.steal < x.steal or y.at < x.at:
+            continue
+        span = y.at - x.at
+        idle, steal = (y.idle - x.idle) / tick, (y.steal - x.steal) / tick
+        out[cpu] = {
+            "busy_s": max(0.0, span - idle - steal),
+            "ticked_busy_s": (y.ticked_busy - x.ticked_busy) / tick,
+            "steal_s": steal,
+            "span_s": span,
+        }
+    return out
