@@ -75,6 +75,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     time.sleep(0.02)
             except OSError:
                 pass
+        elif self.path == "/trickle":
+            # 3,000 bytes of 100,000, then silence: fewer than the client's low-water mark
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b"t" * 3000)
+            self.wfile.flush()
+            time.sleep(3.0)
+            self.close_connection = True
         elif self.path == "/hugeheaders":
             self.send_response(200)
             for i in range(2000):
@@ -206,3 +215,15 @@ def test_the_evidence_cap_ends_a_download_at_its_floor_on_a_short_path(server):
     assert r.rtt_ms is not None and 0 < r.rtt_ms < 50
     assert r.cap_s == 1.0
     assert 1.0 <= took < 3.0 and 0 < r.bytes < 10_000_000
+
+
+def test_bytes_under_the_low_water_mark_are_counted_at_the_deadline(server):
+    # The client wakes for the body only once BODY_LOWAT bytes are queued; what came before a
+    # deadline in a smaller amount is still read and counted, not left in the socket.
+    from ccscope.capture.fetch import BODY_LOWAT
+
+    assert 3000 < BODY_LOWAT
+    t0 = time.monotonic()
+    r = fetch(f"{server}/trickle", policy=LOOPBACK, timeout=1.0)
+    assert time.monotonic() - t0 < 2.5
+    assert r.status == 200 and r.truncated and r.bytes == 3000
