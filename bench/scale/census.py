@@ -25,7 +25,7 @@ from typing import Any
 
 from common import STATE_DIR  # first: it puts the repository on sys.path for `tests`
 
-from ccscope.capture.host import cpu_times, steal_between
+from ccscope.capture.host import busy_between, cpu_busy_by_cpu, cpu_times, steal_between
 from tests.workers.kit import proc_stats  # the benches share the tests' process kit
 
 # The child is the bench's own script: run.py dispatches --census-child to _census_child.
@@ -81,6 +81,7 @@ def _census_child(args: argparse.Namespace) -> int:
         measure.CHECKS = measure.CheckGate(args.check_slots)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     rc0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pc0 = cpu_busy_by_cpu()
     rep = run_census(
         store,
         name,
@@ -97,6 +98,8 @@ def _census_child(args: argparse.Namespace) -> int:
     # the measuring side's. Every shell has been waited for, so RUSAGE_CHILDREN holds them all.
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     rc1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Each CPU's busy time over the same span (bench/scale/split.py pins the census to one)
+    per_cpu = {str(c): v for c, v in busy_between(pc0, cpu_busy_by_cpu()).items()}
     late: list[float] = []
     durations: list[float] = []
     trace_bytes: list[int] = []
@@ -135,6 +138,7 @@ def _census_child(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "cpu": cpu,
+                "per_cpu": per_cpu,
                 "concurrency": k,
                 "sites": n_sites,
                 "measurements": len(rep.results),
@@ -217,11 +221,11 @@ def _lab_cpu_s() -> float:
 
 def _census_run(
     k: int, args: argparse.Namespace, *, probe: bool = False, store_url: str | None = None,
-    sites: int | None = None,
+    sites: int | None = None, cpus: set[int] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One census of `sites` sites (default K), K at a time, in a child process; its figures,
     with the CPU of the child's whole process tree from wait4 (less the child's own start-up,
-    a worker's one-off)."""
+    a worker's one-off). With `cpus`, the child and everything it starts run on those CPUs."""
     lab_cpu0 = _lab_cpu_s()
     host0 = cpu_times()
     t0 = time.monotonic()
@@ -234,7 +238,8 @@ def _census_run(
         argv += ["--census-sites", str(sites)]
     if args.check_slots:
         argv += ["--check-slots", str(args.check_slots)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, ru = os.wait4(proc.pid, 0)

@@ -14,6 +14,8 @@ adaptive-stopping study can add theirs):
 * `projection` (sweep.py): sites per hour for a 2-core host that only measures, derived from the
   sweep's CPU seconds per measurement (the derivation is written into the JSON).
 * `cpu` (cpu.py): the measuring side's CPU per measurement, by stage (cpuprobe.py).
+* `split` (split.py): the same cost read from a CPU of its own, the lab on the other, with the
+  kernel's per-packet work steered to the side that causes it (what rusage cannot split).
 * `ttv` (ttv.py): time to verdict, live, one lab site per zoo CCA, p50 and p90.
 * `stopping` (stopping.py): recall with adaptive stopping beside full length, on the reference
   set's unseen draws replayed.
@@ -22,7 +24,8 @@ This file is the CLI (`make bench NAME=scale` runs it) and the census child's en
 (--census-child). Its siblings import as top-level modules: Python puts this script's directory
 first on sys.path.
 
-usage: python bench/scale/run.py --out bench/results/scale.json [--part profiles|sweep|cpu|ttv|stopping|all]
+usage: python bench/scale/run.py --out bench/results/scale.json \
+    [--part profiles|sweep|steady|cpu|split|ttv|stopping|all]
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from census import _census_child
 from common import host, log
 from cpu import part_cpu
 from profiles import part_profiles
+from split import part_split
 from stopping import part_stopping
 from sweep import PG_FROM_K, part_sweep, projection, unstarved
 from ttv import part_ttv
@@ -76,7 +80,9 @@ def _part_steady(args: argparse.Namespace, doc: dict[str, Any], out: Path) -> No
         f"{args.lab_sample_ms:g} ms (0: none, as the Internet's servers keep none for us)"
     )
     unst = (doc.get("projection_derivation") or {}).get("unstarved")
-    doc.update(projection(doc.get("sweep") or doc["steady"], steady=doc["steady"]))
+    doc.update(
+        projection(doc.get("sweep") or doc["steady"], steady=doc["steady"], split=doc.get("split") or [])
+    )
     doc["projection_derivation"]["unstarved"] = unst
     _write(out, doc)
 
@@ -84,9 +90,8 @@ def _part_steady(args: argparse.Namespace, doc: dict[str, Any], out: Path) -> No
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="bench/results/scale.json")
-    ap.add_argument(
-        "--part", choices=["profiles", "sweep", "steady", "ttv", "stopping", "cpu", "all"], default="all"
-    )
+    parts = ["profiles", "sweep", "steady", "ttv", "stopping", "cpu", "split", "all"]
+    ap.add_argument("--part", choices=parts, default="all")
     ap.add_argument("--rounds", type=int, default=2, help="profiles: rounds of each order")
     ap.add_argument("--size", type=int, default=200_000, help="profiles: object bytes")
     ap.add_argument("--k", default="16,32,64,128", help="sweep, steady: concurrency levels")
@@ -118,6 +123,8 @@ def main() -> int:
     )
     ap.add_argument("--host-note", help="sweep: what else ran on the host (kept in sweep_host)")
     ap.add_argument("--pg-from", type=int, default=PG_FROM_K, help="sweep: PostgreSQL from this K on")
+    ap.add_argument("--split-k", default="8,16",
+                    help="split: concurrency levels of the census on a CPU of its own")  # fmt: skip
     ap.add_argument("--cpu-k", type=int, default=8, help="cpu: sites measured at once")
     ap.add_argument("--cpu-label", default="cpu_breakdown", help="cpu: the key the breakdown goes under")
     ap.add_argument(
@@ -159,11 +166,18 @@ def main() -> int:
     elif args.part == "all":  # the steady census first: the sweep's projection then reads both
         steady = {**vars(args), "k": args.steady_k, "lab_sample_ms": args.steady_lab_sample_ms}
         _part_steady(argparse.Namespace(**steady), doc, out)
+    if args.part in ("split", "all"):
+        doc.update(part_split(argparse.Namespace(**{**vars(args), "sites_per_k": 3})))
+        if doc.get("sweep"):
+            unst = (doc.get("projection_derivation") or {}).get("unstarved")
+            doc.update(projection(doc["sweep"], steady=doc.get("steady") or [], split=doc["split"]))
+            doc["projection_derivation"]["unstarved"] = unst
+        _write(out, doc)
     if args.part in ("sweep", "all"):
         load0 = [round(x, 2) for x in os.getloadavg()]
         args.sweep_label, args.sites_per_k = "sweep", 1
         doc.update(part_sweep(args))
-        doc.update(projection(doc["sweep"], steady=doc.get("steady") or []))
+        doc.update(projection(doc["sweep"], steady=doc.get("steady") or [], split=doc.get("split") or []))
         doc["projection_derivation"]["unstarved"] = unstarved(doc)
         doc["sweep_host"] = {**host(), "load_before": load0, "note": args.host_note}
         doc["sweep_date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

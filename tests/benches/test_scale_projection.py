@@ -1,0 +1,80 @@
+"""bench/scale's projection for a host that only measures: which split row it reads and what it
+keeps beside it (the bench's own arithmetic; the census runs are the bench's)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCALE = Path(__file__).resolve().parents[2] / "bench" / "scale"
+
+
+@pytest.fixture(scope="module")
+def modules() -> Any:
+    sys.path.insert(0, str(SCALE))
+    try:
+        import split
+        import sweep
+
+        yield split, sweep
+    finally:
+        sys.path.remove(str(SCALE))
+
+
+def _split_row(k: int, util: float, cpu: float, sph: float, p99_ok: bool = True) -> dict[str, Any]:
+    return {
+        "concurrency": k,
+        "per_cpu": {"0": {"utilisation": util}},
+        "cpu_s_per_measurement_measuring_cpu": cpu,
+        "sites_per_hour": sph,
+        "lateness_p99_ms_max": 0.2 if p99_ok else 5.0,
+        "p99_under_1ms": p99_ok,
+    }
+
+
+def _sweep_row(k: int, cpu: float) -> dict[str, Any]:
+    return {
+        "concurrency": k,
+        "cpu_s_per_measurement_measuring_side": cpu,
+        "seconds": 100.0,
+        "sites_per_hour": 1000.0,
+        "measurements": k,
+        "p99_under_1ms": True,
+    }
+
+
+def test_the_row_nearest_the_assumed_load_decides(modules: Any) -> None:
+    split, _ = modules
+    rows = [
+        _split_row(8, 0.33, 0.85, 1350.0),
+        _split_row(16, 0.64, 0.95, 2400.0),
+        _split_row(32, 0.97, 1.4, 2500.0),
+    ]
+    got = split.split_projection(rows)
+    # not the cheapest row (K = 8, lightly loaded) and not the saturated one
+    assert got["cpu_s_per_measurement_measuring_cpu"] == 0.95
+    assert got["sites_per_hour"] == round(2 * 0.7 * 3600 / 0.95)
+    assert got["seconds_per_measurement"] == round(16 * 3600 / 2400.0, 1)
+    # a row whose emulators lost their timing is never used, however near its load
+    rows[1] = _split_row(16, 0.64, 0.95, 2400.0, p99_ok=False)
+    # (then K = 32 at 97 % is nearer 70 % than K = 8 at 33 %)
+    assert split.split_projection(rows)["cpu_s_per_measurement_measuring_cpu"] == 1.4
+    assert split.split_projection([rows[1]]) is None
+
+
+def test_the_headline_takes_the_split_and_keeps_the_shared_cores_figure(modules: Any) -> None:
+    _, sweep = modules
+    rows = [_sweep_row(16, 2.0), _sweep_row(32, 2.2)]
+    alone = sweep.projection(rows)
+    assert alone["sites_per_hour_projected"] == round(2 * 0.7 * 3600 / 2.1)
+    both = sweep.projection(rows, split=[_split_row(16, 0.64, 0.95, 2400.0)])
+    assert both["sites_per_hour_projected"] == round(2 * 0.7 * 3600 / 0.95)
+    assert both["cpu_s_per_measurement_measuring_side"] == 0.95
+    shared = both["projection_derivation"]["shared_cores"]
+    assert shared["sites_per_hour"] == alone["sites_per_hour_projected"]
+    assert both["projection_derivation"]["concurrency_needed"] == round(
+        both["sites_per_hour_projected"] * 24.0 / 3600
+    )
