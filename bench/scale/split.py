@@ -32,6 +32,7 @@ from typing import Any
 
 from census import MIX, _census_run
 from common import STATE_DIR, _commit, _lab_up, host, log
+from cpu import breakdown
 
 from ccscope.capture.host import busy_between, cpu_busy_by_cpu
 from tests.workers.kit import proc_stats
@@ -100,7 +101,10 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
         idle = busy_between(a, cpu_busy_by_cpu())
         for k in ks:
             log(f"split: K={k}, {k * args.sites_per_k} sites, census on CPU {MEASURING_CPU} ...")
-            row = _census_run(k, args, sites=k * args.sites_per_k, cpus={MEASURING_CPU})
+            row = _census_run(k, args, probe=True, sites=k * args.sites_per_k, cpus={MEASURING_CPU})
+            row["cpu_breakdown"] = {
+                k2: v for k2, v in breakdown(row).items() if k2 in ("cpu_s_per_measurement", "parts_cpu_s")
+            }
             rows.append(_figures(row, idle))
             keys = ("concurrency", "measurements", "cpu_s_per_measurement_measuring_cpu")
             log(str({x: rows[-1][x] for x in keys}))
