@@ -65,9 +65,26 @@ def pin_group(pgid: int, cpu: int) -> int:
     return n
 
 
-def outer_tuns() -> list[str]:
-    """The shells' outer devices in this namespace (ccs<idx>o)."""
-    return sorted(d.name for d in SYS_NET.glob("ccs*o"))
+def outer_tuns(pgid: int) -> list[str]:
+    """The outer devices (ccs<idx>o) of the shells in the process group: the TUNs their open
+    files name (/proc/PID/fdinfo's `iff`), so no other shell on the host is touched."""
+    out: set[str] = set()
+    for pid, name, f in proc_stats():
+        if int(f[2]) != pgid or name != "ccscope-link":
+            continue
+        try:
+            infos = list(Path(f"/proc/{pid}/fdinfo").iterdir())
+        except OSError:
+            continue
+        for info in infos:
+            try:
+                for line in info.read_text().splitlines():
+                    dev = line.removeprefix("iff:").strip()
+                    if line.startswith("iff:") and dev.startswith("ccs") and dev.endswith("o"):
+                        out.add(dev)
+            except OSError:
+                continue
+    return sorted(out)
 
 
 def set_rps(dev: str, cpus: set[int]) -> str:
@@ -93,7 +110,7 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
     try:
         pgid = _lab_pgid()
         threads = pin_group(pgid, LAB_CPU)
-        for dev in outer_tuns():  # only the lab's shell is up now
+        for dev in outer_tuns(pgid):
             rps[dev] = set_rps(dev, {MEASURING_CPU})
         log(f"split: lab pgid {pgid} ({threads} threads) on CPU {LAB_CPU}; RPS of {sorted(rps)} to CPU 0")
         a = cpu_busy_by_cpu()

@@ -78,3 +78,39 @@ def test_the_headline_takes_the_split_and_keeps_the_shared_cores_figure(modules:
     assert both["projection_derivation"]["concurrency_needed"] == round(
         both["sites_per_hour_projected"] * 24.0 / 3600
     )
+
+
+def test_the_lab_shells_outer_device_is_found_by_its_process_group(modules: Any) -> None:
+    """RPS is set on the devices the lab's own shells hold open, never on another shell's."""
+    import os
+    import subprocess
+    import time
+
+    from ccscope.capture.shell import link_binary
+
+    split, _ = modules
+    procs = [
+        subprocess.Popen(
+            [str(link_binary()), "--", "sleep", "20"],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    try:
+        got: list[list[str]] = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            got = [split.outer_tuns(os.getpgid(p.pid)) for p in procs]
+            if all(got):
+                break
+            time.sleep(0.2)
+        assert all(len(g) == 1 and g[0].startswith("ccs") and g[0].endswith("o") for g in got), got
+        assert got[0] != got[1]
+        assert split.outer_tuns(os.getpgid(0)) == []  # this test's own group holds none
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=20)
