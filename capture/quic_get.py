@@ -77,6 +77,8 @@ def quic_get(
     qlog: str | None = None,
     user_agent: str = USER_AGENT,
     min_rounds: float = 0.0,
+    cap_rtts: float = 0.0,
+    cap_min_s: float = 0.0,
 ) -> QuicResult:
     res = QuicResult(url=url)
     binary = client_binary()
@@ -104,6 +106,10 @@ def quic_get(
             cmd += ["--cafile", cafile]
         if min_rounds > 0:
             cmd += ["--min-rounds", f"{min_rounds:g}"]
+        if cap_rtts > 0 or cap_min_s > 0:
+            # the cap counts from the first request's start: later hops have what is left
+            spent = time.monotonic() - start
+            cmd += ["--cap-rtts", f"{cap_rtts:g}", "--cap-min-s", f"{max(0.0, cap_min_s - spent):.3f}"]
         if run_id:
             cmd += ["--run-id", run_id]
         if qlog:
@@ -152,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
         help="fetch the object again over the same connection until the transfer has lasted "
         "this many round trips (0: one fetch)",
     )
+    ap.add_argument(
+        "--cap-rtts",
+        type=float,
+        default=0.0,
+        help="the evidence cap: the transfer lasts max(--cap-min-s, this many of the path's minimum "
+        "RTTs), a short object fetched again until then, a long one cut there (0: no RTT part)",
+    )
+    ap.add_argument("--cap-min-s", type=float, default=0.0, help="the evidence cap's floor in seconds")
     ap.add_argument("--qlog", help="write the client's own qlog here")
     ap.add_argument(
         "--qlog-private",
@@ -160,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         "(`qlog_file`): the unprivileged client in a shell cannot write into the run's directory",
     )
     args = ap.parse_args(argv)
+    if not (0 <= args.cap_rtts < float("inf") and 0 <= args.cap_min_s < float("inf")):
+        ap.error("--cap-rtts and --cap-min-s must be non-negative numbers")
     with tempfile.TemporaryDirectory(prefix="ccscope-quic-ca-") as tmp:
         cafile = args.cacert
         if args.ca_pem:
@@ -186,6 +202,8 @@ def _run(args: argparse.Namespace, cafile: str | None) -> int:
             run_id=args.run_id,
             qlog=args.qlog,
             min_rounds=args.min_rounds,
+            cap_rtts=args.cap_rtts,
+            cap_min_s=args.cap_min_s,
         )
         code = 0 if r.error is None and 200 <= r.status < 300 else 4
     except TargetRefused as e:

@@ -35,7 +35,8 @@ class ClientRequest:
     timeout: float = 60.0
     max_bytes: int = 16 * 1024 * 1024
     # The evidence cap (StoppingRule.cap_s), kept by the client from its connection's RTT:
-    # at most max(cap_min_s, cap_rtts x RTT) seconds; None: only `timeout`.
+    # at most max(cap_min_s, cap_rtts x RTT) seconds (QUIC: also at least, repeating a short
+    # object). None: TCP keeps only `timeout`; QUIC keeps the default rule's cap.
     cap_rtts: float | None = None
     cap_min_s: float = 0.0
 

@@ -17,16 +17,26 @@ from ccscope.errors import CCScopeError
 from ccscope.profile import Profile, quic_profile
 from ccscope.trace import Trace
 
-# The classifier needs 20 base round trips after slow start (MIN_CA_RTTS). A small object ends
-# inside slow start and gives "insufficient data" however the path behaves, so the client
-# fetches it again over the same connection until the transfer has lasted this many smoothed
-# round trips: slow start to 5x a BDP of 200 packets takes ~10 of them (one smoothed round trip
-# each), and 20 smoothed round trips are at least 20 base ones whatever the queue adds.
+# The classifier needs 20 base round trips after slow start (MIN_CA_RTTS), and on a deep buffer
+# slow start alone can take most of 30 smoothed round trips. So the client keeps the evidence
+# cap the TCP client keeps (StoppingRule.cap_s: max(cap_min_s, cap_rtts x the path's minimum
+# RTT), at most the timeout): it fetches a short object again over the same connection until
+# then and cuts a long one there. A request without a cap of its own gets the default rule's,
+# the length of every reference draw. MIN_ROUNDS stays as a floor in smoothed round trips.
 MIN_ROUNDS = 30
 
 
 def client_command(req: ClientRequest) -> list[str]:
-    return python_client("ccscope.capture.quic_get", req, "--qlog-private", "--min-rounds", str(MIN_ROUNDS))
+    from ccscope.classifier.stopping import StoppingRule
+
+    rule = StoppingRule()
+    rtts, min_s = (
+        (req.cap_rtts, req.cap_min_s) if req.cap_rtts is not None else (rule.cap_rtts, rule.cap_min_s)
+    )
+    cap = ("--cap-rtts", f"{rtts:g}", "--cap-min-s", f"{min_s:g}")
+    return python_client(
+        "ccscope.capture.quic_get", req, "--qlog-private", "--min-rounds", str(MIN_ROUNDS), *cap
+    )
 
 
 def pick_flow(traces: list[Trace], local_port: int) -> Trace:

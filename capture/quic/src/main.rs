@@ -13,6 +13,11 @@
 //! over many round trips after slow start, and a small object ends inside slow start. The next
 //! request is sent while the current response still has about two round trips to go, so the
 //! server never runs out of data between them.
+//!
+//! With `--cap-rtts N --cap-min-s S` (either) the transfer lasts the evidence cap the TCP
+//! client keeps, max(S, N x the path's minimum RTT) from the start, at most the timeout: a
+//! short object is fetched again until then and a long one is cut there (`truncated`), so a
+//! QUIC trace holds as many round trips as a TCP one of the same path.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -44,6 +49,8 @@ struct Args {
     user_agent: String,
     cc: Option<String>,
     min_rounds: f64,
+    cap_rtts: f64, // 0: no evidence cap
+    cap_min_s: f64,
 }
 
 #[derive(Default)]
@@ -74,6 +81,7 @@ struct Report {
     min_rtt_ms: Option<f64>,
     requests: u32,
     rounds: f64,
+    cap_s: Option<f64>, // the evidence cap from the start, once the path's RTT was known
 }
 
 /// One request stream's progress (for pipelining the next fetch of the object).
@@ -89,7 +97,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: ccscope-quic-get --connect IP:PORT --sni HOST --authority HOST[:PORT] --path /P \
          [--cafile PEM] [--timeout S] [--handshake-timeout S] [--max-bytes N] [--qlog FILE] \
-         [--run-id ID] [--user-agent UA] [--min-rounds N]"
+         [--run-id ID] [--user-agent UA] [--min-rounds N] [--cap-rtts N --cap-min-s S]"
     );
     std::process::exit(2)
 }
@@ -109,6 +117,8 @@ fn parse_args() -> Args {
         user_agent: "ccscope".into(),
         cc: None,
         min_rounds: 0.0,
+        cap_rtts: 0.0,
+        cap_min_s: 0.0,
     };
     let mut it = std::env::args().skip(1);
     let mut connect = None;
@@ -131,6 +141,8 @@ fn parse_args() -> Args {
             // The client's own sender CC only shapes our few ACK packets; settable for tests.
             "--cc" => a.cc = Some(v()),
             "--min-rounds" => a.min_rounds = v().parse().unwrap_or_else(|_| usage("bad --min-rounds")),
+            "--cap-rtts" => a.cap_rtts = v().parse().unwrap_or_else(|_| usage("bad --cap-rtts")),
+            "--cap-min-s" => a.cap_min_s = v().parse().unwrap_or_else(|_| usage("bad --cap-min-s")),
             _ => usage(&format!("unknown option {k}")),
         }
     }
@@ -149,6 +161,9 @@ fn parse_args() -> Args {
     }
     if !(0.0..=100_000.0).contains(&a.min_rounds) {
         usage("--min-rounds must be 0..100000");
+    }
+    if !(0.0..=100_000.0).contains(&a.cap_rtts) || !(0.0..=86_400.0).contains(&a.cap_min_s) {
+        usage("--cap-rtts must be 0..100000 and --cap-min-s 0..86400");
     }
     a
 }
@@ -293,7 +308,9 @@ fn run(a: &Args) -> Report {
     let mut first_done = false;
     let mut open: HashMap<u64, Stream> = HashMap::new(); // request streams not finished yet
     let mut newest: Option<u64> = None;
-    let mut repeat = a.min_rounds > 0.0; // false once a repeated fetch fails: stop repeating
+    let want_cap = a.cap_rtts > 0.0 || a.cap_min_s > 0.0;
+    let mut repeat = a.min_rounds > 0.0 || want_cap; // false once a repeated fetch fails
+    let mut cap_end: Option<Instant> = None; // the evidence cap's end, set at the first byte
     let mut first_byte: Option<Instant> = None;
     let mut tick: Option<Instant> = None; // the last time round trips were counted
 
@@ -356,6 +373,9 @@ fn run(a: &Args) -> Report {
         }
         let timer = conn.timeout().unwrap_or(Duration::from_secs(1));
         let mut wait = timer.min(deadline - now);
+        if let Some(e) = cap_end {
+            wait = wait.min(e.saturating_duration_since(now));
+        }
         if !conn.is_established() {
             wait = wait.min(hs_deadline.saturating_duration_since(now));
         }
@@ -520,15 +540,30 @@ fn run(a: &Args) -> Report {
             }
             tick = Some(now);
         }
+        // The evidence cap, fixed once the response starts: the handshake and the request have
+        // given the path's minimum RTT by then, as TCP_INFO gives the TCP client.
+        if cap_end.is_none() && want_cap && first_byte.is_some() {
+            let min_rtt = conn.path_stats().next().and_then(|p| p.min_rtt).map_or(0.0, |d| d.as_secs_f64());
+            let cap = a.cap_min_s.max(a.cap_rtts * min_rtt).min(a.timeout);
+            r.cap_s = Some(cap);
+            cap_end = Some(start + Duration::from_secs_f64(cap));
+        }
+        let short_of_cap = cap_end.map_or(want_cap, |e| Instant::now() < e);
         if done {
             continue;
         }
-        if first_done && (!repeat || r.rounds >= a.min_rounds) {
+        if cap_end.is_some() && !short_of_cap && r.status != 0 {
+            r.truncated = !first_done; // an object still coming is cut there, as TCP's is
+            let _ = conn.close(true, H3_REQUEST_CANCELLED, b"evidence cap");
+            done = true;
+            continue;
+        }
+        if first_done && (!repeat || (r.rounds >= a.min_rounds && !short_of_cap)) {
             let _ = conn.close(true, H3_NO_ERROR, b"");
             done = true;
             continue;
         }
-        let again = req_sent && repeat && (200..300).contains(&r.status) && r.rounds < a.min_rounds
+        let again = req_sent && repeat && (200..300).contains(&r.status) && (r.rounds < a.min_rounds || short_of_cap)
             && open.len() < 2 && newest.map_or(true, |sid| {
                 let srtt = conn.path_stats().next().map_or(0.0, |p| p.rtt.as_secs_f64());
                 near_end(open.get(&sid), r.bytes, first_byte, srtt)
@@ -726,6 +761,12 @@ fn to_json(r: &Report) -> String {
         None => o.push_str(",\"min_rtt_ms\":null"),
     }
     let _ = write!(o, ",\"requests\":{},\"rounds\":{:.1}", r.requests, r.rounds);
+    match r.cap_s {
+        Some(c) => {
+            let _ = write!(o, ",\"cap_s\":{c:.3}");
+        }
+        None => o.push_str(",\"cap_s\":null"),
+    }
     o.push('}');
     o
 }
