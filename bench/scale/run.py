@@ -66,6 +66,14 @@ def _write(out: Path, doc: dict[str, Any]) -> None:
     out.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def _reproject(doc: dict[str, Any], sweep: list[dict[str, Any]]) -> None:
+    """The headline figures again from `sweep` with the steady and split rows the document has,
+    keeping the `unstarved` figure the derivation already carries."""
+    unst = (doc.get("projection_derivation") or {}).get("unstarved")
+    doc.update(projection(sweep, steady=doc.get("steady") or [], split=doc.get("split") or []))
+    doc["projection_derivation"]["unstarved"] = unst
+
+
 def _part_steady(args: argparse.Namespace, doc: dict[str, Any], out: Path) -> None:
     """A census of sites_per_k x K lab sites per K, K at a time, into doc["steady"], and the
     headline figures recomputed with it."""
@@ -79,11 +87,7 @@ def _part_steady(args: argparse.Namespace, doc: dict[str, Any], out: Path) -> No
         f"list), profiles side by side, adaptive stopping, the lab's TCP_INFO sampling every "
         f"{args.lab_sample_ms:g} ms (0: none, as the Internet's servers keep none for us)"
     )
-    unst = (doc.get("projection_derivation") or {}).get("unstarved")
-    doc.update(
-        projection(doc.get("sweep") or doc["steady"], steady=doc["steady"], split=doc.get("split") or [])
-    )
-    doc["projection_derivation"]["unstarved"] = unst
+    _reproject(doc, doc.get("sweep") or doc["steady"])
     _write(out, doc)
 
 
@@ -169,9 +173,7 @@ def main() -> int:
     if args.part in ("split", "all"):
         doc.update(part_split(argparse.Namespace(**{**vars(args), "sites_per_k": 3})))
         if doc.get("sweep"):
-            unst = (doc.get("projection_derivation") or {}).get("unstarved")
-            doc.update(projection(doc["sweep"], steady=doc.get("steady") or [], split=doc["split"]))
-            doc["projection_derivation"]["unstarved"] = unst
+            _reproject(doc, doc["sweep"])
         _write(out, doc)
     if args.part in ("sweep", "all"):
         load0 = [round(x, 2) for x in os.getloadavg()]
