@@ -12,6 +12,7 @@ one of the three and in the README.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -103,6 +104,14 @@ class Settings(BaseSettings):
     link: Path | None = Field(None, description="the ccscope-link binary (default: the repository build)")
     cca_bin: Path | None = Field(None, description="the ccscope-cca loader binary (BPF zoo)")
     quic_get: Path | None = Field(None, description="the QUIC client binary (default: the repository build)")
+    tcp_get: Path | None = Field(
+        None, description="the compiled HTTP(S) client binary (default: the repository build)"
+    )
+    tcp_client: Literal["compiled", "python"] = Field(
+        "compiled",
+        description="the TCP download client: compiled (ccscope-tcp-get; the Python one where it is not "
+        "built) or python (capture/fetch.py)",
+    )
 
 
 # Read by the native tools, or set by ccscope-link for the command it runs (not settings of the

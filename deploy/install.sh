@@ -15,7 +15,7 @@ fi
 APT_PKGS=(iproute2 nftables iputils-ping procps openssl curl ca-certificates acl
           build-essential pkg-config python3 python3-venv tshark
           clang bpftool libelf-dev zlib1g-dev postgresql redis-server
-          nginx-light ethtool
+          nginx-light ethtool libssl-dev
           chromium chromium-driver
           cmake)  # chromium: the dashboard's browser tests; cmake: quiche's BoringSSL
 missing=()
@@ -67,6 +67,10 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 log "building capture/link (ccscope-link)"
 cargo build --release --quiet --manifest-path capture/link/Cargo.toml
+
+# The census's download client (capture/tcpget): the system's OpenSSL, built in seconds.
+log "building capture/tcpget (ccscope-tcp-get, the HTTP(S) download client)"
+cargo build --release --quiet --manifest-path capture/tcpget/Cargo.toml
 
 log "building lab/ccas (BPF congestion-control zoo and its loader)"
 lab/ccas/build.sh

@@ -1,5 +1,5 @@
-"""TCP: the HTTP(S) client in capture/fetch.py, BiF from sequence and ACK numbers (tcp_bif.py),
-ground truth from the lab server's TCP_INFO samples."""
+"""TCP: the HTTP(S) client (the compiled capture/tcpget, else capture/fetch.py), BiF from sequence
+and ACK numbers (tcp_bif.py), ground truth from the lab server's TCP_INFO samples."""
 
 from __future__ import annotations
 
@@ -12,12 +12,36 @@ from ccscope.capture.transports import pick_flow as pick_transport_flow
 from ccscope.profile import Profile
 from ccscope.trace import Trace
 
+_REPO_BINARY = Path(__file__).resolve().parents[1] / "tcpget" / "target" / "release" / "ccscope-tcp-get"
+
+
+def tcp_get_binary() -> Path | None:
+    """The compiled client: $CCSCOPE_TCP_GET, the repository build, or one on PATH; None when
+    it is not built or the settings ask for the Python client."""
+    from ccscope.capture.binaries import find_built
+    from ccscope.settings import settings
+
+    s = settings()
+    if s.tcp_client == "python":
+        return None
+    return find_built("ccscope-tcp-get", str(s.tcp_get) if s.tcp_get else None, _REPO_BINARY)
+
 
 def client_command(req: ClientRequest) -> list[str]:
+    """The compiled client where it is built (its start-up is a few ms of CPU, the Python
+    interpreter's some 50: twice a measurement on the measuring host), else the Python one;
+    both take the same options and print the same report."""
+    from ccscope.identity import USER_AGENT
+
     cap: tuple[str, ...] = ()
     if req.cap_rtts is not None:
         cap = ("--cap-rtts", f"{req.cap_rtts:g}", "--cap-min-s", f"{req.cap_min_s:g}")
-    return python_client("ccscope.capture.fetch", req, *cap)
+    cmd = python_client("ccscope.capture.fetch", req, *cap)
+    binary = tcp_get_binary()
+    if binary is None:
+        return cmd
+    # the Python command is [python, -m, module, URL, options...]: the same options follow
+    return [str(binary), *cmd[3:], "--user-agent", USER_AGENT]
 
 
 def pick_flow(traces: list[Trace], local_port: int) -> Trace:

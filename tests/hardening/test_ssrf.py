@@ -30,15 +30,25 @@ def _clear(net: HostileNet) -> None:
 KINDS = sorted(INTERNAL)
 
 
+def _clients() -> list[str]:
+    from ccscope.capture.transports.tcp import tcp_get_binary
+
+    built = tcp_get_binary()
+    return ["python"] + ([str(built)] if built else [])
+
+
+@pytest.mark.parametrize("client", _clients(), ids=lambda c: "python" if c == "python" else "compiled")
 @pytest.mark.parametrize("kind", KINDS)
-def test_measure_fetch_refuses_a_redirect_into_the_host(net: HostileNet, kind: str) -> None:
-    """`measure`'s download client (as run inside the shell: `--lab`) follows the lab host's
-    redirect only to vet it: an internal listener never sees a request."""
+def test_measure_fetch_refuses_a_redirect_into_the_host(net: HostileNet, kind: str, client: str) -> None:
+    """`measure`'s download clients, the Python one and the compiled one (as run inside the
+    shell: `--lab`), follow the lab host's redirect only to vet it: an internal listener never
+    sees a request."""
+    cmd = ["sys.executable", '"-m"', '"ccscope.capture.fetch"'] if client == "python" else [repr(client)]
     out = run_in_ns(
         net,
         f"""
         import subprocess, sys
-        p = subprocess.run([sys.executable, "-m", "ccscope.capture.fetch", "--lab",
+        p = subprocess.run([{", ".join(cmd)}, "--lab",
                             "{net.url(f"/to/{kind}/secret")}"], capture_output=True, text=True)
         print(p.returncode); print(p.stdout.strip())
         """,
