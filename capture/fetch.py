@@ -249,6 +249,7 @@ def fetch(
                     left = deadline - time.monotonic()
                     if left <= 0:
                         res.truncated = True
+                        res.bytes += _drain(sock, max_bytes - res.bytes)
                         break
                     sock.settimeout(left)
                     try:
