@@ -40,6 +40,9 @@ const CHUNK: usize = 64 * 1024;
 const BODY_LOWAT: libc::c_int = 8 * 1024;
 const LAB_NET: &str = "198.18.0.0/16"; // ccscope.lab.registry.LAB_NET
 const TCP_INFO_LEN: usize = 232;
+// CPython's ssl._DEFAULT_CIPHERS (3.10+): the TLS 1.2 suites its default context offers.
+const PYTHON_CIPHERS: &str =
+    "@SECLEVEL=2:ECDH+AESGCM:ECDH+CHACHA20:ECDH+AES:DHE+AES:!aNULL:!eNULL:!aDSS:!SHA1:!AESCCM";
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -333,9 +336,19 @@ fn tls_context(a: &Args) -> Result<SslContext, Fail> {
     // Not SslConnector::builder: it loads the system's whole CA bundle up front (some 20 ms of
     // CPU, most of this client's), even where a CA of our own replaces it below.
     let mut b = SslContextBuilder::new(SslMethod::tls_client()).map_err(tls_err)?;
-    b.set_options(SslOptions::NO_COMPRESSION | SslOptions::NO_SSLV2 | SslOptions::NO_SSLV3);
-    b.set_min_proto_version(Some(openssl::ssl::SslVersion::TLS1_2))
-        .map_err(tls_err)?;
+    // The handshake Python's ssl.create_default_context() makes on the same OpenSSL: its options
+    // and cipher list, so the ClientHello (padded to 512 bytes) and the server's answer are the
+    // bytes the classifier's training downloads (made with the Python client) put on the wire.
+    b.set_options(
+        (SslOptions::ALL - SslOptions::DONT_INSERT_EMPTY_FRAGMENTS)
+            | SslOptions::NO_COMPRESSION
+            | SslOptions::NO_SSLV2
+            | SslOptions::NO_SSLV3
+            | SslOptions::CIPHER_SERVER_PREFERENCE
+            | SslOptions::ENABLE_MIDDLEBOX_COMPAT,
+    );
+    b.set_cipher_list(PYTHON_CIPHERS).map_err(tls_err)?;
+    b.set_min_proto_version(Some(openssl::ssl::SslVersion::TLS1_2)).map_err(tls_err)?;
     b.set_verify(SslVerifyMode::PEER);
     let pem = match (&a.ca_pem, &a.cacert) {
         (Some(p), _) => Some(p.clone().into_bytes()),
