@@ -160,6 +160,13 @@ def _census_child(args: argparse.Namespace) -> int:
                 if evidence_bytes
                 else None,
                 "accuracy": acc,
+                # Which sites were not named right, and what they were named: a change in the
+                # count between runs is then a change one can look at.
+                "misses": [
+                    {"domain": r.domain, "truth": r.truth, "verdict": r.display, "outcome": r.outcome}
+                    for r in rep.results
+                    if r.outcome != "correct"
+                ],
                 # Adaptive stopping's checks: granted in turn, how long they waited for a slot.
                 "checks": measure.CHECKS.stats(),
             }
@@ -221,11 +228,12 @@ def _lab_cpu_s() -> float:
 
 def _census_run(
     k: int, args: argparse.Namespace, *, probe: bool = False, store_url: str | None = None,
-    sites: int | None = None, cpus: set[int] | None = None,
+    sites: int | None = None, cpus: set[int] | None = None, env: dict[str, str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One census of `sites` sites (default K), K at a time, in a child process; its figures,
     with the CPU of the child's whole process tree from wait4 (less the child's own start-up,
-    a worker's one-off). With `cpus`, the child and everything it starts run on those CPUs."""
+    a worker's one-off). With `cpus`, the child and everything it starts run on those CPUs;
+    `env` is added to its environment (CCSCOPE_* settings)."""
     lab_cpu0 = _lab_cpu_s()
     host0 = cpu_times()
     t0 = time.monotonic()
@@ -239,7 +247,8 @@ def _census_run(
     if args.check_slots:
         argv += ["--check-slots", str(args.check_slots)]
     pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
+    child_env = {**os.environ, **env} if env else None
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=pin, env=child_env)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, ru = os.wait4(proc.pid, 0)

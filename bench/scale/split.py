@@ -99,6 +99,16 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("split: needs two CPUs (one for the measuring side, one for the lab)")
     ks = sorted({int(k) for k in args.split_k.split(",") if k.strip()})
+    # The download client the census runs first, then its peer on the same lab (side by side):
+    # the compiled one's rows are the figures, the Python one's stand beside them.
+    clients = [c.strip() for c in args.split_clients.split(",") if c.strip()]
+    if not clients or any(c not in ("compiled", "python") for c in clients):
+        raise SystemExit("split: --split-clients takes compiled and/or python")
+    if "compiled" in clients:
+        from ccscope.capture.transports.tcp import tcp_get_binary
+
+        if tcp_get_binary() is None:
+            raise SystemExit("split: ccscope-tcp-get is not built (make setup)")
     sites = tuple((f"s{i:03d}.lab.test", MIX[i % len(MIX)]) for i in range(max(ks) * args.sites_per_k))
     me = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {LAB_CPU})
@@ -117,14 +127,19 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(BASELINE_S)
         idle = busy_between(a, cpu_busy_by_cpu())
         for k in ks:
-            log(f"split: K={k}, {k * args.sites_per_k} sites, census on CPU {MEASURING_CPU} ...")
-            row = _census_run(k, args, probe=True, sites=k * args.sites_per_k, cpus={MEASURING_CPU})
-            row["cpu_breakdown"] = {
-                k2: v for k2, v in breakdown(row).items() if k2 in ("cpu_s_per_measurement", "parts_cpu_s")
-            }
-            rows.append(_figures(row, idle))
-            keys = ("concurrency", "measurements", "cpu_s_per_measurement_measuring_cpu")
-            log(str({x: rows[-1][x] for x in keys}))
+            for client in clients:
+                n = k * args.sites_per_k
+                log(f"split: K={k}, {n} sites, {client} client, census on CPU {MEASURING_CPU} ...")
+                row = _census_run(
+                    k, args, probe=True, sites=n, cpus={MEASURING_CPU},
+                    env={"CCSCOPE_TCP_CLIENT": client},
+                )  # fmt: skip
+                row["tcp_client"] = client
+                parts = ("cpu_s_per_measurement", "parts_cpu_s")
+                row["cpu_breakdown"] = {k2: v for k2, v in breakdown(row).items() if k2 in parts}
+                rows.append(_figures(row, idle))
+                keys = ("concurrency", "tcp_client", "measurements", "cpu_s_per_measurement_measuring_cpu")
+                log(str({x: rows[-1][x] for x in keys} | {"misses": rows[-1].get("misses")}))
     finally:
         for dev, old in rps.items():
             try:
@@ -134,8 +149,10 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
                 pass  # the device went down with the lab
         lab.down()
         os.sched_setaffinity(0, me)
+    main = clients[0]
     return {
-        "split": rows,
+        "split": [r for r in rows if r["tcp_client"] == main],
+        **{f"split_{c}_client": [r for r in rows if r["tcp_client"] == c] for c in clients if c != main},
         "split_host": host(),
         "split_date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "split_commit": _commit(),
