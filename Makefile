@@ -17,6 +17,7 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(CARGO) test --release --quiet --manifest-path capture/link/Cargo.toml
+	$(CARGO) test --release --quiet --manifest-path capture/tcpget/Cargo.toml
 	$(PY) -m pytest -q
 
 lint: setup

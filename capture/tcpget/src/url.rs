@@ -64,6 +64,13 @@ pub fn parse(url: &str) -> Result<Url, String> {
             }
         }
         Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => match p.parse::<u32>() {
+            Ok(0) => {
+                if scheme == "https" {
+                    443
+                } else {
+                    80
+                }
+            } // as parse_url's `port or default`
             Ok(n) if n <= 65535 => n as u16,
             _ => return Err("unparseable URL: Port out of range 0-65535".into()),
         },
@@ -103,8 +110,22 @@ fn split_scheme(url: &str) -> Option<(&str, &str)> {
     (first_ok && b.all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(&c))).then_some((s, r))
 }
 
-/// A redirect's Location resolved against the URL it came from (RFC 3986 section 5.2).
+/// A redirect's Location resolved against the URL it came from (RFC 3986 section 5.2), as
+/// Python's urljoin does it (a fragment kept as given; the next hop's parse drops it).
 pub fn join(base: &str, loc: &str) -> String {
+    let (loc_part, frag) = match loc.split_once('#') {
+        Some((l, f)) => (l, Some(f)),
+        None => (loc, None),
+    };
+    let mut out = join_no_fragment(base, loc_part);
+    if let Some(f) = frag {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
+}
+
+fn join_no_fragment(base: &str, loc: &str) -> String {
     if split_scheme(loc).is_some() {
         return loc.to_string();
     }
@@ -169,4 +190,135 @@ fn remove_dots(p: &str) -> String {
         r.push_str(q);
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Expected values are Python's (urllib.parse.urljoin, ccscope.targets.parse_url).
+    #[test]
+    fn joins_as_urljoin() {
+        let cases = [
+            ("http://a.example/b/c/d?q=1", "/abs", "http://a.example/abs"),
+            (
+                "http://a.example/b/c/d?q=1",
+                "rel",
+                "http://a.example/b/c/rel",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "../up",
+                "http://a.example/b/up",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "./same",
+                "http://a.example/b/c/same",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "?only",
+                "http://a.example/b/c/d?only",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "//other.example/p",
+                "http://other.example/p",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "https://new.example/x",
+                "https://new.example/x",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "g;x?y#s",
+                "http://a.example/b/c/g;x?y#s",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "../../../../toohigh",
+                "http://a.example/toohigh",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "",
+                "http://a.example/b/c/d?q=1",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "#frag",
+                "http://a.example/b/c/d?q=1#frag",
+            ),
+            (
+                "http://a.example/b/c/d?q=1",
+                "a/./b/../c",
+                "http://a.example/b/c/a/c",
+            ),
+            (
+                "https://x.example:8443/dir/file",
+                "/abs",
+                "https://x.example:8443/abs",
+            ),
+            (
+                "https://x.example:8443/dir/file",
+                "../up",
+                "https://x.example:8443/up",
+            ),
+            (
+                "https://x.example:8443/dir/file",
+                "?only",
+                "https://x.example:8443/dir/file?only",
+            ),
+            (
+                "https://x.example:8443/dir/file",
+                "//other.example/p",
+                "https://other.example/p",
+            ),
+        ];
+        for (base, loc, want) in cases {
+            assert_eq!(join(base, loc), want, "{base} + {loc}");
+        }
+    }
+
+    #[test]
+    fn parses_as_parse_url() {
+        let p = |u: &str| parse(u).map(|x| (x.scheme, x.host, x.port, x.path));
+        assert_eq!(
+            p("http://Example.COM./x?y=1#f"),
+            Ok(("http".into(), "example.com".into(), 80, "/x?y=1".into()))
+        );
+        assert_eq!(
+            p("https://[2001:db8::1]:8443/p"),
+            Ok(("https".into(), "2001:db8::1".into(), 8443, "/p".into()))
+        );
+        assert_eq!(
+            p("http://h:0/"),
+            Ok(("http".into(), "h".into(), 80, "/".into()))
+        );
+        assert_eq!(
+            p("HTTP://h/"),
+            Ok(("http".into(), "h".into(), 80, "/".into()))
+        );
+        assert_eq!(
+            p("http://h:/x"),
+            Ok(("http".into(), "h".into(), 80, "/x".into()))
+        );
+        assert_eq!(
+            p("http://h?x"),
+            Ok(("http".into(), "h".into(), 80, "/?x".into()))
+        );
+        for bad in [
+            "ftp://h/",
+            "http://u:p@h/",
+            "http://h:99999/",
+            "http:///x",
+            "http://h/ x",
+            "h/x",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(parse(&format!("http://h/{}", "a".repeat(3000))).is_err());
+    }
 }
