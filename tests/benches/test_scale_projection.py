@@ -114,3 +114,29 @@ def test_the_lab_shells_outer_device_is_found_by_its_process_group(modules: Any)
             p.terminate()
         for p in procs:
             p.wait(timeout=20)
+
+
+def test_client_ab_pairs_draws_and_tests_the_discordant_ones() -> None:
+    sys.path.insert(0, str(SCALE))
+    try:
+        import client_ab
+    finally:
+        sys.path.remove(str(SCALE))
+    assert client_ab.sign_test_p(0, 0) == 1.0
+    assert client_ab.sign_test_p(5, 0) == pytest.approx(2 / 32)
+    assert client_ab.sign_test_p(2, 4) == pytest.approx(0.6875)
+
+    def row(label: str, verdict: str, outcome: str) -> dict[str, str]:
+        return {"label": label, "verdict": verdict, "outcome": outcome}
+
+    a = {
+        "d1": row("reno", "reno", "right"),
+        "d2": row("bic", "unknown", "unknown"),
+        "d3": row("htcp", "nv", "wrong"),
+    }
+    b = {"d1": row("reno", "unknown", "unknown"), "d2": row("bic", "unknown", "unknown"),
+         "d3": row("htcp", "htcp", "right"), "d4": row("lp", "lp", "right")}  # fmt: skip
+    res = client_ab.compare(a, b)
+    assert res["draws"] == 3  # only draws measured with both clients
+    assert (res["compiled_better"], res["python_better"]) == (1, 1)
+    assert [d["draw"] for d in res["differ"]] == ["d1", "d3"]
