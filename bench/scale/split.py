@@ -100,7 +100,7 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("split: needs two CPUs (one for the measuring side, one for the lab)")
     ks = sorted({int(k) for k in args.split_k.split(",") if k.strip()})
     # The download client the census runs first, then its peer on the same lab (side by side):
-    # the compiled one's rows are the figures, the Python one's stand beside them.
+    # the first (the default client) gives the figures, the other's rows stand beside them.
     clients = [c.strip() for c in args.split_clients.split(",") if c.strip()]
     if not clients or any(c not in ("compiled", "python") for c in clients):
         raise SystemExit("split: --split-clients takes compiled and/or python")

@@ -15,22 +15,28 @@ from ccscope.trace import Trace
 _REPO_BINARY = Path(__file__).resolve().parents[1] / "tcpget" / "target" / "release" / "ccscope-tcp-get"
 
 
-def tcp_get_binary() -> Path | None:
-    """The compiled client: $CCSCOPE_TCP_GET, the repository build, or one on PATH; None when
-    it is not built or the settings ask for the Python client."""
+def tcp_get_built() -> Path | None:
+    """The compiled client: $CCSCOPE_TCP_GET, the repository build, or one on PATH (None when
+    not built), whatever the settings ask for."""
     from ccscope.capture.binaries import find_built
     from ccscope.settings import settings
 
-    s = settings()
-    if s.tcp_client == "python":
-        return None
-    return find_built("ccscope-tcp-get", str(s.tcp_get) if s.tcp_get else None, _REPO_BINARY)
+    override = settings().tcp_get
+    return find_built("ccscope-tcp-get", str(override) if override else None, _REPO_BINARY)
+
+
+def tcp_get_binary() -> Path | None:
+    """The compiled client when the settings ask for it (CCSCOPE_TCP_CLIENT=compiled) and it is
+    built; else None (the Python client)."""
+    from ccscope.settings import settings
+
+    return tcp_get_built() if settings().tcp_client == "compiled" else None
 
 
 def client_command(req: ClientRequest) -> list[str]:
-    """The compiled client where it is built (its start-up is a few ms of CPU, the Python
-    interpreter's some 50: twice a measurement on the measuring host), else the Python one;
-    both take the same options and print the same report."""
+    """The Python client, or the compiled one where the settings ask for it and it is built
+    (its start-up is a few ms of CPU, the interpreter's some 50: twice a measurement on the
+    measuring host); both take the same options and print the same report."""
     from ccscope.identity import USER_AGENT
 
     cap: tuple[str, ...] = ()

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from ccscope.capture.transports.tcp import tcp_get_binary
+from ccscope.capture.transports.tcp import tcp_get_built
 from ccscope.lab.registry import LAB_NET
 from ccscope.targets import TargetPolicy
 from tests.capture.test_fetch import Handler, server  # noqa: F401  (the module's server fixture)
 
-BINARY = tcp_get_binary()
+BINARY = tcp_get_built()
 pytestmark = pytest.mark.skipif(BINARY is None, reason="ccscope-tcp-get is not built (make setup)")
 ALLOW = ("--allow", "127.0.0.1/32")
 
@@ -332,7 +332,7 @@ def test_hostile_responses_end_in_a_report_never_a_crash() -> None:
     t.join(10)
 
 
-def test_the_tcp_transport_runs_it_and_the_python_client_on_request(
+def test_the_tcp_transport_runs_it_on_request_and_the_python_client_by_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ccscope.capture.transports import ClientRequest
@@ -341,6 +341,9 @@ def test_the_tcp_transport_runs_it_and_the_python_client_on_request(
 
     req = ClientRequest(url="https://x.lab.test/o", run_id="r1", out_dir=tmp_path, stem="A", lab=True,
                         cap_rtts=120, cap_min_s=25)  # fmt: skip
+    monkeypatch.delenv("CCSCOPE_TCP_CLIENT", raising=False)
+    assert client_command(req)[1:4] == ["-m", "ccscope.capture.fetch", req.url]  # the default
+    monkeypatch.setenv("CCSCOPE_TCP_CLIENT", "compiled")
     cmd = client_command(req)
     assert cmd[0] == str(BINARY) and cmd[1] == req.url
     assert cmd[cmd.index("--cap-rtts") + 1] == "120" and "--lab" in cmd

@@ -31,9 +31,9 @@ KINDS = sorted(INTERNAL)
 
 
 def _clients() -> list[str]:
-    from ccscope.capture.transports.tcp import tcp_get_binary
+    from ccscope.capture.transports.tcp import tcp_get_built
 
-    built = tcp_get_binary()
+    built = tcp_get_built()
     return ["python"] + ([str(built)] if built else [])
 
 

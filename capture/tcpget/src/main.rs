@@ -348,7 +348,8 @@ fn tls_context(a: &Args) -> Result<SslContext, Fail> {
             | SslOptions::ENABLE_MIDDLEBOX_COMPAT,
     );
     b.set_cipher_list(PYTHON_CIPHERS).map_err(tls_err)?;
-    b.set_min_proto_version(Some(openssl::ssl::SslVersion::TLS1_2)).map_err(tls_err)?;
+    b.set_min_proto_version(Some(openssl::ssl::SslVersion::TLS1_2))
+        .map_err(tls_err)?;
     b.set_verify(SslVerifyMode::PEER);
     let pem = match (&a.ca_pem, &a.cacert) {
         (Some(p), _) => Some(p.clone().into_bytes()),
