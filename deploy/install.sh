@@ -68,7 +68,7 @@ fi
 log "building capture/link (ccscope-link)"
 cargo build --release --quiet --manifest-path capture/link/Cargo.toml
 
-# The census's download client (capture/tcpget): the system's OpenSSL, built in seconds.
+# The compiled download client (capture/tcpget, opt-in): the system's OpenSSL, built in seconds.
 log "building capture/tcpget (ccscope-tcp-get, the HTTP(S) download client)"
 cargo build --release --quiet --manifest-path capture/tcpget/Cargo.toml
 

@@ -105,9 +105,9 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
     if not clients or any(c not in ("compiled", "python") for c in clients):
         raise SystemExit("split: --split-clients takes compiled and/or python")
     if "compiled" in clients:
-        from ccscope.capture.transports.tcp import tcp_get_binary
+        from ccscope.capture.transports.tcp import tcp_get_built
 
-        if tcp_get_binary() is None:
+        if tcp_get_built() is None:
             raise SystemExit("split: ccscope-tcp-get is not built (make setup)")
     sites = tuple((f"s{i:03d}.lab.test", MIX[i % len(MIX)]) for i in range(max(ks) * args.sites_per_k))
     me = os.sched_getaffinity(0)
@@ -127,8 +127,8 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(BASELINE_S)
         idle = busy_between(a, cpu_busy_by_cpu())
         for k in ks:
+            n = k * args.sites_per_k
             for client in clients:
-                n = k * args.sites_per_k
                 log(f"split: K={k}, {n} sites, {client} client, census on CPU {MEASURING_CPU} ...")
                 row = _census_run(
                     k, args, probe=True, sites=n, cpus={MEASURING_CPU},

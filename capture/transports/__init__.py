@@ -72,24 +72,29 @@ class Transport:
     live: Callable[..., Callable[[], Trace]] | None = None
 
 
-def python_client(module: str, req: ClientRequest, *extra: str) -> list[str]:
-    """The command line of a client written as a Python module (`python -m MODULE URL ...`),
-    with the options every client takes; `extra` goes before the lab options."""
-    cmd = [
-        sys.executable, "-m", module, req.url,
+def client_args(req: ClientRequest, *extra: str) -> list[str]:
+    """The URL and the options every client takes (Python or compiled); `extra` goes before the
+    lab options."""
+    args = [
+        req.url,
         "--run-id", req.run_id, "--timeout", f"{req.timeout:g}", "--max-bytes", str(req.max_bytes),
         *extra,
     ]  # fmt: skip
     if req.lab:
-        cmd.append("--lab")
+        args.append("--lab")
     if req.cafile is not None:
         # The client runs unprivileged and may not reach the lab's state directory: hand it the
         # (public) CA certificate itself.
         try:
-            cmd += ["--ca-pem", Path(req.cafile).read_text()]
+            args += ["--ca-pem", Path(req.cafile).read_text()]
         except OSError as e:
             raise CaptureError(f"cannot read the lab CA {req.cafile}: {e}") from None
-    return cmd
+    return args
+
+
+def python_client(module: str, req: ClientRequest, *extra: str) -> list[str]:
+    """The command line of a client written as a Python module (`python -m MODULE URL ...`)."""
+    return [sys.executable, "-m", module, *client_args(req, *extra)]
 
 
 def pick_flow(traces: list[Trace], local_port: int, none_why: str) -> Trace:
@@ -117,4 +122,6 @@ def client_result(stdout: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-__all__ = ["ClientRequest", "Flows", "Transport", "client_result", "pick_flow", "python_client"]
+__all__ = [
+    "ClientRequest", "Flows", "Transport", "client_args", "client_result", "pick_flow", "python_client",
+]  # fmt: skip

@@ -1,5 +1,5 @@
-"""TCP: the HTTP(S) client (the compiled capture/tcpget, else capture/fetch.py), BiF from sequence
-and ACK numbers (tcp_bif.py), ground truth from the lab server's TCP_INFO samples."""
+"""TCP: the HTTP(S) client (capture/fetch.py, or the compiled capture/tcpget on request), BiF from
+sequence and ACK numbers (tcp_bif.py), ground truth from the lab server's TCP_INFO samples."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ccscope.capture.transports import ClientRequest, Flows, Transport, python_client
+from ccscope.capture.transports import ClientRequest, Flows, Transport, client_args, python_client
 from ccscope.capture.transports import pick_flow as pick_transport_flow
 from ccscope.profile import Profile
 from ccscope.trace import Trace
@@ -42,12 +42,10 @@ def client_command(req: ClientRequest) -> list[str]:
     cap: tuple[str, ...] = ()
     if req.cap_rtts is not None:
         cap = ("--cap-rtts", f"{req.cap_rtts:g}", "--cap-min-s", f"{req.cap_min_s:g}")
-    cmd = python_client("ccscope.capture.fetch", req, *cap)
     binary = tcp_get_binary()
     if binary is None:
-        return cmd
-    # the Python command is [python, -m, module, URL, options...]: the same options follow
-    return [str(binary), *cmd[3:], "--user-agent", USER_AGENT]
+        return python_client("ccscope.capture.fetch", req, *cap)
+    return [str(binary), *client_args(req, *cap), "--user-agent", USER_AGENT]
 
 
 def pick_flow(traces: list[Trace], local_port: int) -> Trace:

@@ -574,16 +574,15 @@ fn wait_readable(s: &TcpStream, wait: Duration) -> std::io::Result<bool> {
 }
 
 /// The bytes already here when the deadline came (fewer than the low-water mark): counted, not
-/// left unread in the socket.
-fn drain(c: &mut Conn, limit: u64) -> u64 {
+/// left unread in the socket. `buf`: the body loop's read buffer.
+fn drain(c: &mut Conn, buf: &mut [u8], limit: u64) -> u64 {
     set_lowat(c.tcp(), 1);
     if c.tcp().set_nonblocking(true).is_err() {
         return 0;
     }
-    let mut buf = vec![0u8; CHUNK];
     let mut got = 0u64;
     while got < limit {
-        let n = (limit - got).min(CHUNK as u64) as usize;
+        let n = (limit - got).min(buf.len() as u64) as usize;
         match c.read(&mut buf[..n]) {
             Ok(0) | Err(_) => break, // nothing more here (TLS's want-read is an error too)
             Ok(n) => got += n as u64,
@@ -667,7 +666,7 @@ fn fetch(a: &Args, pol: &Policy, r: &mut Report) -> Result<(), Fail> {
             let wait = left(deadline);
             if wait.is_zero() {
                 r.truncated = true;
-                r.bytes += drain(&mut c, a.max_bytes - r.bytes);
+                r.bytes += drain(&mut c, &mut buf, a.max_bytes - r.bytes);
                 break;
             }
             if c.pending() == 0 {
