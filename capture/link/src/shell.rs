@@ -700,7 +700,13 @@ impl Loop<'_> {
                 check_child_at = now + 1_000_000_000;
                 self.note_exit(now);
             }
-            let mut deadline = check_child_at.min(self.next_flush);
+            // Only timers that can still fire: once the command has exited, the child check and
+            // the kill are spent, and a deadline left in the past would spin this loop, at
+            // SCHED_FIFO, through the whole drain, starving every other shell on the CPU.
+            let mut deadline = match self.exited.as_ref() {
+                Some((_, until)) => (*until).min(self.next_flush),
+                None => check_child_at.min(self.next_flush),
+            };
             for t in [self.down.next_release(), self.up.next_release(), self.kill_at].into_iter().flatten() {
                 deadline = deadline.min(t);
             }
@@ -773,6 +779,7 @@ impl Loop<'_> {
     fn note_exit(&mut self, now: u64) {
         if let Some(r) = self.reap() {
             self.exited = Some((r, now + DRAIN_MAX_NS));
+            self.kill_at = None;
         }
     }
 

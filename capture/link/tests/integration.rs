@@ -356,6 +356,33 @@ fn sigterm_is_forwarded_and_torn_down() {
     });
 }
 
+/// After the command exits, the shell keeps forwarding what is still on the link. That drain
+/// must sleep between packets: it once spun from the first spent one-second child check to
+/// the drain's end, and at SCHED_FIFO a spinning shell starves every other shell on its CPU.
+#[test]
+fn drain_after_exit_sleeps_between_packets() {
+    if !root() || !have("ping") {
+        return;
+    }
+    guarded(|| {
+        let st = tmp("drain.json");
+        // The echo request waits 1.4 s on the way up: the command has long exited when it
+        // leaves, past the child check at 1 s (and inside the 1.5 s drain).
+        let o = run(&[
+            "--quiet", "--delay", "1400", "--stats", st.to_str().unwrap(), "--keep-root", "--",
+            "sh", "-c", "ping -c 1 -W 3 $CCSCOPE_SHELL_OUTER_ADDR >/dev/null 2>&1 & sleep 0.1; exit 0",
+        ]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let s = stats(&st);
+        // The request did cross: the drain lasted past the 1 s check.
+        assert!(num_after(&s, "\"up\": {\n    \"packets_in\"", "packets_out") as u64 >= 1, "{}", s);
+        assert!(num_after(&s, "\"loop_sys_us\"", "duration_s") > 1.2, "{}", s);
+        let loop_us = num_after(&s, "\"loop_user_us\"", "loop_user_us") + num_after(&s, "\"loop_sys_us\"", "loop_sys_us");
+        // Sleeping, the loop costs a few ms; the spin cost the 0.4 s from 1 s to the release.
+        assert!(loop_us < 150_000.0, "the drain spun: loop CPU {} us\n{}", loop_us, s);
+    });
+}
+
 #[test]
 fn exit_status_is_propagated() {
     if !root() {
