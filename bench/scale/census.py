@@ -48,6 +48,24 @@ MIX = (
 )
 
 
+def _shell_lateness_ms(scratch: Path) -> list[float]:
+    """Each shell direction's release lateness p99 (ms), from every emulator stats file the
+    census's runs left under `scratch`."""
+    out: list[float] = []
+    for f in sorted(scratch.rglob("*.stats.json")):
+        try:
+            stats = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(stats, dict):
+            continue
+        for d in ("up", "down"):
+            p99 = ((stats.get(d) or {}).get("lateness_us") or {}).get("p99")
+            if isinstance(p99, int | float):
+                out.append(float(p99) / 1000)
+    return out
+
+
 def _census_child(args: argparse.Namespace) -> int:
     """In a child process: one census of the first N sites (`--census-sites`, default K), K at a
     time, from one vantage point, and its
@@ -91,7 +109,15 @@ def _census_child(args: argparse.Namespace) -> int:
         concurrency=k,
         truth=lab_truth(STATE_DIR),
         campaign_name=f"scale-k{k}",
-        worker_overrides={"min_gap_seconds": 0.0, "concurrent_profiles": True},
+        # Every run's scratch is kept (and removed below, after the CPU is read) so the timing
+        # counts every shell that ran: a run that left no trace (a failed connection, a requeued
+        # measurement's first attempt) stores no link stats, and its shells would go uncounted.
+        worker_overrides={
+            "min_gap_seconds": 0.0,
+            "concurrent_profiles": True,
+            "out_root": work / "scratch",
+            "keep_files": True,
+        },
         progress=False,
     )
     # The census's CPU, read as soon as it ends: what follows (this bench's own figures) is not
@@ -100,7 +126,9 @@ def _census_child(args: argparse.Namespace) -> int:
     rc1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     # Each CPU's busy time over the same span (bench/scale/split.py pins the census to one)
     per_cpu = {str(c): v for c, v in busy_between(pc0, cpu_busy_by_cpu()).items()}
-    late: list[float] = []
+    late = _shell_lateness_ms(work / "scratch")
+    shutil.rmtree(work / "scratch", ignore_errors=True)
+    late_stored: list[float] = []
     durations: list[float] = []
     trace_bytes: list[int] = []
     wire_bytes: list[int] = []  # both directions through every profile's bottleneck
@@ -120,7 +148,7 @@ def _census_child(args: argparse.Namespace) -> int:
             for d in ("up", "down"):
                 p99 = ((stats.get(d) or {}).get("lateness_us") or {}).get("p99")
                 if p99 is not None:
-                    late.append(float(p99) / 1000)
+                    late_stored.append(float(p99) / 1000)
         wire_bytes.append(wire)
         v = store.get_verdict(r.measurement_id)
         if v is not None:
@@ -149,6 +177,10 @@ def _census_child(args: argparse.Namespace) -> int:
                 "lateness_p99_ms_median": round(statistics.median(late), 3) if late else None,
                 "shell_directions_over_1ms": sum(x >= 1.0 for x in late),
                 "shell_directions": len(late),
+                # The directions whose measurement stored a trace (this count alone until
+                # 2026-11-29: it missed the shells of runs that left no trace).
+                "shell_directions_stored": len(late_stored),
+                "shell_directions_over_1ms_stored": sum(x >= 1.0 for x in late_stored),
                 "wire_bytes_per_measurement_median": int(statistics.median(wire_bytes))
                 if wire_bytes
                 else None,
