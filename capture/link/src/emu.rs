@@ -432,6 +432,7 @@ impl Direction {
                     .set("p99", h.quantile_us(0.99))
                     .set("p999", h.quantile_us(0.999))
                     .set("max", h.max_us())
+                    .set("at_least_1ms", h.count_at_least_us(1_000))
                     .set("mean", (h.mean_us() * 10.0).round() / 10.0)
                     .set("count", h.count()),
             )

@@ -79,6 +79,13 @@ impl Hist {
         if self.count == 0 { 0.0 } else { self.sum_us as f64 / self.count as f64 }
     }
 
+    /// How many values were at least `us`, exactly when `us` is a bucket's lower edge (every
+    /// whole us below 1 ms, every 10 us below 100 ms, every ms above): the pooled share of
+    /// packets late by 1 ms or more is then summed over shells without a quantile's rounding.
+    pub fn count_at_least_us(&self, us: u64) -> u64 {
+        self.buckets[Self::index(us)..].iter().sum()
+    }
+
     /// q in [0,1]; returns 0 for an empty histogram.
     pub fn quantile_us(&self, q: f64) -> u64 {
         if self.count == 0 {
@@ -115,6 +122,9 @@ mod tests {
         h.record_us(50_000_000);
         assert_eq!(h.max_us(), 50_000_000);
         assert_eq!(h.quantile_us(1.0), 50_000_000);
+        assert_eq!(h.count_at_least_us(1_000), 2);
+        assert_eq!(h.count_at_least_us(990), 12);
+        assert_eq!(h.count_at_least_us(0), 1002);
         let mut g = Hist::new();
         g.record_us(12_345);
         assert_eq!(g.quantile_us(0.5), 12_345); // clamped to max
