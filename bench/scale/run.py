@@ -129,7 +129,7 @@ def main() -> int:
     ap.add_argument("--pg-from", type=int, default=PG_FROM_K, help="sweep: PostgreSQL from this K on")
     ap.add_argument("--split-k", default="8,16",
                     help="split: concurrency levels of the census on a CPU of its own")  # fmt: skip
-    ap.add_argument("--split-clients", default="python,compiled",
+    ap.add_argument("--split-clients", default="compiled,python",
                     help="split: TCP download clients, each K run with each (the first's rows are `split`, "
                     "the others' `split_<client>_client`)")  # fmt: skip
     ap.add_argument("--cpu-k", type=int, default=8, help="cpu: sites measured at once")

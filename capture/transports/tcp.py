@@ -1,4 +1,4 @@
-"""TCP: the HTTP(S) client (capture/fetch.py, or the compiled capture/tcpget on request), BiF from
+"""TCP: the HTTP(S) client (the compiled capture/tcpget, or capture/fetch.py), BiF from
 sequence and ACK numbers (tcp_bif.py), ground truth from the lab server's TCP_INFO samples."""
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ def tcp_get_built() -> Path | None:
 
 
 def tcp_get_binary() -> Path | None:
-    """The compiled client when the settings ask for it (CCSCOPE_TCP_CLIENT=compiled) and it is
-    built; else None (the Python client)."""
+    """The compiled client unless the settings ask for Python (CCSCOPE_TCP_CLIENT=python) or it is
+    not built; else None (the Python client)."""
     from ccscope.settings import settings
 
     return tcp_get_built() if settings().tcp_client == "compiled" else None
 
 
 def client_command(req: ClientRequest) -> list[str]:
-    """The Python client, or the compiled one where the settings ask for it and it is built
-    (its start-up is a few ms of CPU, the interpreter's some 50: twice a measurement on the
-    measuring host); both take the same options and print the same report."""
+    """The compiled client where it is built and the settings do not ask for Python (its
+    start-up is a few ms of CPU, the interpreter's some 50: twice a measurement on the measuring
+    host); both take the same options, read alike and print the same report."""
     from ccscope.identity import USER_AGENT
 
     cap: tuple[str, ...] = ()

@@ -332,7 +332,7 @@ def test_hostile_responses_end_in_a_report_never_a_crash() -> None:
     t.join(10)
 
 
-def test_the_tcp_transport_runs_it_on_request_and_the_python_client_by_default(
+def test_the_tcp_transport_runs_it_by_default_and_the_python_client_on_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ccscope.capture.transports import ClientRequest
@@ -342,7 +342,7 @@ def test_the_tcp_transport_runs_it_on_request_and_the_python_client_by_default(
     req = ClientRequest(url="https://x.lab.test/o", run_id="r1", out_dir=tmp_path, stem="A", lab=True,
                         cap_rtts=120, cap_min_s=25)  # fmt: skip
     monkeypatch.delenv("CCSCOPE_TCP_CLIENT", raising=False)
-    assert client_command(req)[1:4] == ["-m", "ccscope.capture.fetch", req.url]  # the default
+    assert client_command(req)[:2] == [str(BINARY), req.url]  # the default
     monkeypatch.setenv("CCSCOPE_TCP_CLIENT", "compiled")
     cmd = client_command(req)
     assert cmd[0] == str(BINARY) and cmd[1] == req.url
