@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 CCSCOPE = [sys.executable, "-m", "ccscope.cli"]
+# The TCP download client's process name inside a shell: the compiled one, or the interpreter
+# running capture/fetch.py (CCSCOPE_TCP_CLIENT=python, or no build).
+TCP_CLIENT_COMMS = ("ccscope-tcp-get", "python")
 
 
 def ccs_devices() -> set[str]:

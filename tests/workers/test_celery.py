@@ -219,7 +219,7 @@ def test_worker_killed_alone_leaves_no_orphans_and_its_scratch_is_swept(app, sto
     namespace, TUN device and nft table go, and the next worker removes the killed run's
     scratch (its pcap) before taking work. The measurement still completes."""
     from ccscope.workers.celery_app import dispatch
-    from tests.netutil import leftovers_of
+    from tests.netutil import TCP_CLIENT_COMMS, leftovers_of
 
     store.add_vantage("oslo")
     knobs = {
@@ -240,7 +240,7 @@ def test_worker_killed_alone_leaves_no_orphans_and_its_scratch_is_swept(app, sto
     fetch_pid = None
     while time.monotonic() < deadline and fetch_pid is None:
         links = group_pids(first.proc.pid, "ccscope-link")
-        inner = [p for link in links for p in _descendants(link) if _comm(p).startswith("python")]
+        inner = [p for link in links for p in _descendants(link) if _comm(p).startswith(TCP_CLIENT_COMMS)]
         fetch_pid = inner[0] if inner else None
         time.sleep(0.1)
     assert links and fetch_pid, f"no download was running:\n{first.text()[-2000:]}"
