@@ -164,27 +164,66 @@ def part_split(args: argparse.Namespace) -> dict[str, Any]:
 def split_projection(
     rows: list[dict[str, Any]], cores: int = 2, headroom: float = 0.7
 ) -> dict[str, Any] | None:
-    """Sites per hour for a host that only measures, from the split row whose measuring CPU ran
-    nearest the load the projection assumes (`headroom` of each core): the cost per measurement
-    rises with the load (more at once, more switching), so a lightly loaded row would flatter a
-    host run at 70 %. Rows whose emulators lost their timing are not used."""
+    """Sites per hour for a host that only measures, its measuring CPUs run at `headroom`: the
+    cost per measurement at that load, interpolated between the two split rows whose measuring
+    CPU ran either side of it, else the nearest row's. The cost rises with the load (more at
+    once, more switching, checks that wait longer so downloads run longer), so a lightly
+    loaded row would flatter a host run at 70 %. Rows whose emulators lost their timing are not
+    used. The nearest row's figure (the only one before 2026-11-29) and the heaviest row's
+    measured throughput stay beside it."""
     ok = [r for r in rows if r.get("p99_under_1ms")]
     if not ok:
         return None
-    row = min(ok, key=lambda r: abs(r["per_cpu"][str(MEASURING_CPU)]["utilisation"] - headroom))
-    cpu = row["cpu_s_per_measurement_measuring_cpu"]
+
+    def load(r: dict[str, Any]) -> float:
+        return float(r["per_cpu"][str(MEASURING_CPU)]["utilisation"])
+
+    def per_hour(cost: float) -> int:
+        return round(cores * headroom * 3600 / cost)
+
+    row = min(ok, key=lambda r: abs(load(r) - headroom))
+    nearest = row["cpu_s_per_measurement_measuring_cpu"]
+    below = [r for r in ok if load(r) <= headroom]
+    above = [r for r in ok if load(r) > headroom]
+    cpu, between = nearest, None
+    if below and above:
+        lo, hi = max(below, key=load), min(above, key=load)
+        f = (headroom - load(lo)) / (load(hi) - load(lo))
+        c_lo, c_hi = lo["cpu_s_per_measurement_measuring_cpu"], hi["cpu_s_per_measurement_measuring_cpu"]
+        cpu, between = round(c_lo + f * (c_hi - c_lo), 3), (lo, hi)
+    heaviest = max(ok, key=load)
     return {
         "formula": "cores x headroom x 3600 s / cpu_s_per_measurement_measuring_cpu",
         "cores": cores,
         "headroom": headroom,
         "cpu_s_per_measurement_measuring_cpu": cpu,
-        "from": f"split K = {row['concurrency']}: the census alone on CPU {MEASURING_CPU}, "
-        f"{row['per_cpu'][str(MEASURING_CPU)]['utilisation']:.0%} busy, "
-        f"lateness p99 {row['lateness_p99_ms_max']} ms, {row['sites_per_hour']} sites per hour on that "
-        "one CPU",
-        "row_chosen_why": "the row whose measuring CPU's load is nearest the headroom: the cost at the load "
-        "the projection runs a host at",
-        "sites_per_hour": round(cores * headroom * 3600 / cpu),
+        "from": (
+            f"split K = {between[0]['concurrency']} and {between[1]['concurrency']} (the census alone on "
+            f"CPU {MEASURING_CPU}, {load(between[0]):.0%} and {load(between[1]):.0%} busy, costs "
+            f"{between[0]['cpu_s_per_measurement_measuring_cpu']} and "
+            f"{between[1]['cpu_s_per_measurement_measuring_cpu']}): the cost at {headroom:.0%}, "
+            "linearly between them"
+            if between
+            else f"split K = {row['concurrency']}: the census alone on CPU {MEASURING_CPU}, "
+            f"{load(row):.0%} busy, lateness p99 {row['lateness_p99_ms_max']} ms, "
+            f"{row['sites_per_hour']} sites per hour on that one CPU"
+        ),
+        "row_chosen_why": "the cost at the load the projection runs a host at: between the rows either "
+        "side of it where there are both, else the nearest row's",
+        "sites_per_hour": per_hour(cpu),
+        "nearest_row": {
+            "concurrency": row["concurrency"],
+            "load": load(row),
+            "cpu_s_per_measurement_measuring_cpu": nearest,
+            "sites_per_hour": per_hour(nearest),
+        },
+        "heaviest_row_kept_timing": {
+            "concurrency": heaviest["concurrency"],
+            "load": load(heaviest),
+            "sites_per_hour_one_cpu": heaviest["sites_per_hour"],
+            "sites_per_hour_all_cores": round(cores * heaviest["sites_per_hour"]),
+            "why": "measured, not projected: the census's own rate with its CPU that busy, once per core",
+        },
         # Little's law on the row itself: K open measurements over its rate
         "seconds_per_measurement": round(row["concurrency"] * 3600 / row["sites_per_hour"], 1),
     }

@@ -46,7 +46,7 @@ def _sweep_row(k: int, cpu: float) -> dict[str, Any]:
     }
 
 
-def test_the_row_nearest_the_assumed_load_decides(modules: Any) -> None:
+def test_the_cost_at_the_assumed_load_decides(modules: Any) -> None:
     split, _ = modules
     rows = [
         _split_row(8, 0.33, 0.85, 1350.0),
@@ -54,14 +54,21 @@ def test_the_row_nearest_the_assumed_load_decides(modules: Any) -> None:
         _split_row(32, 0.97, 1.4, 2500.0),
     ]
     got = split.split_projection(rows)
-    # not the cheapest row (K = 8, lightly loaded) and not the saturated one
-    assert got["cpu_s_per_measurement_measuring_cpu"] == 0.95
-    assert got["sites_per_hour"] == round(2 * 0.7 * 3600 / 0.95)
+    # the cost at 70 %, between K = 16 (64 %) and K = 32 (97 %): neither the lighter row's
+    # flattering cost nor the saturated one's
+    want = round(0.95 + (0.70 - 0.64) / (0.97 - 0.64) * (1.4 - 0.95), 3)
+    assert got["cpu_s_per_measurement_measuring_cpu"] == want
+    assert got["sites_per_hour"] == round(2 * 0.7 * 3600 / want)
+    assert got["nearest_row"]["concurrency"] == 16
+    assert got["nearest_row"]["sites_per_hour"] == round(2 * 0.7 * 3600 / 0.95)
+    assert got["heaviest_row_kept_timing"]["sites_per_hour_all_cores"] == 5000
     assert got["seconds_per_measurement"] == round(16 * 3600 / 2400.0, 1)
+    # with no row above the load, the nearest row's cost
+    assert split.split_projection(rows[:2])["cpu_s_per_measurement_measuring_cpu"] == 0.95
     # a row whose emulators lost their timing is never used, however near its load
     rows[1] = _split_row(16, 0.64, 0.95, 2400.0, p99_ok=False)
-    # (then K = 32 at 97 % is nearer 70 % than K = 8 at 33 %)
-    assert split.split_projection(rows)["cpu_s_per_measurement_measuring_cpu"] == 1.4
+    want = round(0.85 + (0.70 - 0.33) / (0.97 - 0.33) * (1.4 - 0.85), 3)
+    assert split.split_projection(rows)["cpu_s_per_measurement_measuring_cpu"] == want
     assert split.split_projection([rows[1]]) is None
 
 
