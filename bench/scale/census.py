@@ -72,6 +72,9 @@ def _shell_lateness(scratch: Path) -> list[dict[str, Any]]:
                         "at_least_1ms": lat.get("at_least_1ms"),
                         "duration_s": round(float(stats.get("duration_s") or 0), 1),
                         "exit": stats.get("exit"),
+                        # the hypervisor's steal over the run (run_in_shell adds it): a freeze
+                        # delays every shell at once, through no fault of the emulator
+                        "steal_s": (stats.get("host") or {}).get("steal_s"),
                     }
                 )
     return out
