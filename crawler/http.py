@@ -10,7 +10,9 @@ an internal address. Bodies are read to a cap and a deadline, never to their end
 from __future__ import annotations
 
 import ipaddress
+import os
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urljoin
@@ -52,8 +54,8 @@ class SafeClient:
         self.timeout = timeout
         self.user_agent = user_agent
         self.requests = 0
-        if self.policy.lab and verify is True:
-            verify = _lab_tls_context()
+        if verify is True:
+            verify = _tls_context(self.policy.lab)
         # No environment proxies: a proxy would connect to names we did not vet.
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout),
@@ -128,16 +130,42 @@ class SafeClient:
         raise CrawlError(f"more than {MAX_REDIRECTS} redirects from {url}")
 
 
-def _lab_tls_context() -> ssl.SSLContext | bool:
-    """Trust the lab CA as well as the system's, when a lab is up (lab mode only)."""
+# Each thread's TLS contexts, by what they trust. Loading a CA store costs ~25 ms of CPU, and
+# a worker made a client twice per site (robots.txt, the crawl): a tenth of a measurement's CPU
+# outside its download (bench/scale). Not shared between threads: httpcore sets ALPN on the
+# context for every connection it opens, which must not race another thread's handshake.
+_TLS = threading.local()
+
+
+def _tls_context(lab: bool) -> ssl.SSLContext:
+    """This thread's context trusting httpx's default store, or in lab mode the system's and
+    the lab CA, when a lab is up (a new lab's CA, a new context)."""
     from ccscope.errors import CCScopeError
     from ccscope.lab.lab import lab_ca_file
 
-    ctx = ssl.create_default_context()
-    try:
-        ctx.load_verify_locations(cafile=str(lab_ca_file()))
-    except (CCScopeError, OSError, ssl.SSLError):
-        return True
+    ca: str | None = None
+    key: tuple[object, ...] = ("default",)
+    if lab:
+        try:
+            ca = str(lab_ca_file())
+            st = os.stat(ca)
+            key = ("lab", ca, st.st_mtime_ns, st.st_size)
+        except (CCScopeError, OSError):
+            ca = None
+    cache: dict[tuple[object, ...], ssl.SSLContext] = _TLS.__dict__.setdefault("contexts", {})
+    ctx = cache.get(key)
+    if ctx is None:
+        if ca is None:
+            ctx = httpx.create_ssl_context(trust_env=False)
+        else:
+            ctx = ssl.create_default_context()
+            try:
+                ctx.load_verify_locations(cafile=ca)
+            except (OSError, ssl.SSLError):
+                ctx = httpx.create_ssl_context(trust_env=False)
+        for old in [k for k in cache if k[0] == key[0]]:
+            del cache[old]  # a lab's old CA is not kept
+        cache[key] = ctx
     return ctx
 
 

@@ -271,3 +271,47 @@ def test_ttl_zero_asks_afresh_and_no_url_says_why(tmp_path: Path) -> None:
     with serve({"/": Route(status=404)}) as s:
         p = pick_object(store, "empty.example", policy=LOOPBACK, base_urls=[s.base])
         assert p.url is None and p.reason.startswith("no object found")
+
+
+def test_tls_context_made_once_per_thread_and_follows_the_lab_ca(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a CA store costs ~25 ms of CPU: a thread's clients share one context, another
+    thread makes its own (httpcore sets ALPN on it for each connection), and a new lab CA gets
+    a new context, with which lab clients verify the lab's certificates."""
+    import shutil
+    import threading
+
+    from ccscope.crawler import http
+    from ccscope.targets import TargetPolicy
+
+    mine = http._tls_context(False)
+    assert http._tls_context(False) is mine
+    theirs: list[ssl.SSLContext] = []
+    t = threading.Thread(target=lambda: theirs.append(http._tls_context(False)))
+    t.start()
+    t.join()
+    assert theirs[0] is not mine
+
+    real = socket.getaddrinfo
+    monkeypatch.setattr(
+        socket,
+        "getaddrinfo",
+        lambda host, *a, **kw: real("127.0.0.1" if host == "pinned.example" else host, *a, **kw),
+    )
+    lab = tmp_path / "lab"
+    (lab / "certs").mkdir(parents=True)
+    monkeypatch.setenv("CCSCOPE_LAB_DIR", str(lab))
+    policy = TargetPolicy(allowed=LOOPBACK.allowed, lab=True)
+    routes = {"/": Route(body=b"hi", content_type="text/plain")}
+    seen = []
+    for n in (1, 2):  # two labs, one after the other, each with its own CA
+        (tmp_path / str(n)).mkdir()
+        server_ctx, _ = _tls_for("pinned.example", tmp_path / str(n))
+        shutil.copy(tmp_path / str(n) / "c.pem", lab / "certs" / "ca.pem")
+        with serve(routes, tls=server_ctx) as s, SafeClient(policy=policy) as c:
+            assert c.request("GET", f"https://pinned.example:{s.port}/").body == b"hi"
+        seen.append(http._tls_context(True))
+        assert http._tls_context(True) is seen[-1]
+    assert seen[0] is not seen[1]
+    assert http._tls_context(False) is mine  # the default store's context is kept meanwhile
