@@ -165,23 +165,32 @@ def test_cli_prints_one_json_line_and_exit_codes(server):
         assert r.returncode == 2 and "--cap-" in r.stderr, bad
 
 
-def test_sigterm_mid_body_ends_as_a_stopped_download(server):
-    # Adaptive stopping ends a download with SIGTERM once the verdict has settled: the client
-    # reports what it has as a cut but successful download (exit 0), not as a failure.
+@pytest.mark.parametrize("client", ["python", "compiled"])
+def test_sigterm_mid_body_ends_as_a_stopped_download(server, client):
+    # Adaptive stopping ends a download with SIGTERM once the verdict has settled: either client
+    # reports what it has as a cut but successful download (exit 0), not as a failure, after
+    # lingering for the reset to cross the shell.
+    from ccscope.capture.transports.tcp import tcp_get_built
+
+    binary = tcp_get_built()
+    if client == "compiled" and binary is None:
+        pytest.skip("ccscope-tcp-get is not built (make setup)")
+    argv = [str(binary)] if client == "compiled" else [sys.executable, "-m", "ccscope.capture.fetch"]
+    Handler.slow_started.clear()
     p = subprocess.Popen(
-        [sys.executable, "-m", "ccscope.capture.fetch", f"{server}/slow", "--allow", "127.0.0.1/32"],
-        stdout=subprocess.PIPE,
-        text=True,
+        [*argv, f"{server}/slow", "--allow", "127.0.0.1/32"], stdout=subprocess.PIPE, text=True
     )
     # Mid-body: the response has begun (the client is past its start-up and in the body loop).
     assert Handler.slow_started.wait(30)
     time.sleep(0.5)
+    t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     out, _ = p.communicate(timeout=10)
     r = json.loads(out)
     assert p.returncode == 0, out
     assert r["stopped"] and r["truncated"] and r["status"] == 200 and r["error"] is None
     assert 10_000 < r["bytes"] < 10_000_000
+    assert 1.0 <= time.monotonic() - t0 < 3.0
 
 
 def test_client_start_up_does_not_load_the_settings() -> None:
