@@ -552,8 +552,9 @@ fn set_lowat(s: &TcpStream, n: libc::c_int) {
     }
 }
 
-/// Whether the socket became readable (or hung up) before `wait` ran out; Err on EINTR.
-fn wait_readable(s: &TcpStream, wait: Duration) -> std::io::Result<bool> {
+/// Wait until the socket is readable (at its low-water mark, or hung up) or `wait` passes;
+/// false when it did not become readable (the deadline, or a signal to look at).
+fn readable(s: &TcpStream, wait: Duration) -> Result<bool, Fail> {
     let mut p = libc::pollfd {
         fd: s.as_raw_fd(),
         events: libc::POLLIN,
@@ -561,19 +562,16 @@ fn wait_readable(s: &TcpStream, wait: Duration) -> std::io::Result<bool> {
     };
     let ms = wait.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
     match unsafe { libc::poll(&mut p, 1, ms) } {
-        -1 => Err(std::io::Error::last_os_error()),
+        -1 => {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(Fail::new(io_msg(&e), io_kind(&e)))
+            }
+        }
         0 => Ok(false),
         _ => Ok(true),
-    }
-}
-
-/// Wait until the socket is readable (at its low-water mark) or `wait` passes; false when it
-/// did not become readable (the deadline, or a signal to look at).
-fn readable(s: &TcpStream, wait: Duration) -> Result<bool, Fail> {
-    match wait_readable(s, wait) {
-        Ok(r) => Ok(r),
-        Err(e) if e.kind() == ErrorKind::Interrupted => Ok(false),
-        Err(e) => Err(Fail::new(io_msg(&e), io_kind(&e))),
     }
 }
 
