@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from common import STATE_DIR  # first: it puts the repository on sys.path for `tests`
+from stealwatch import StealWatch, attribute
 
 from ccscope.capture.host import busy_between, cpu_busy_by_cpu, cpu_times, steal_between
 from tests.workers.kit import proc_stats  # the benches share the tests' process kit
@@ -75,6 +76,8 @@ def _shell_lateness(scratch: Path) -> list[dict[str, Any]]:
                         # the hypervisor's steal over the run (run_in_shell adds it): a freeze
                         # delays every shell at once, through no fault of the emulator
                         "steal_s": (stats.get("host") or {}).get("steal_s"),
+                        # when its first late packets left, and how late (ms): see stealwatch.py
+                        "late_marks": lat.get("late_1ms_marks") or [],
                     }
                 )
     return out
@@ -223,7 +226,14 @@ def _census_child(args: argparse.Namespace) -> int:
                 # 2026-11-29: it missed the shells of runs that left no trace).
                 "shell_directions_stored": len(late_stored),
                 # The directions over 1 ms, each named by its measurement, profile and direction.
-                "shell_directions_late": [x for x in directions if x["p99_ms"] >= 1.0],
+                "shell_directions_late": [
+                    {k2: v for k2, v in x.items() if k2 != "late_marks"}
+                    for x in directions
+                    if x["p99_ms"] >= 1.0
+                ],
+                # every late packet a shell remembered (at most 32 each), for the parent to set
+                # beside the hypervisor's steal (stealwatch.py)
+                "late_marks": [[*m[:2], x["run"]] for x in directions for m in x["late_marks"]],
                 "shell_directions_over_1ms_stored": sum(x >= 1.0 for x in late_stored),
                 "wire_bytes_per_measurement_median": int(statistics.median(wire_bytes))
                 if wire_bytes
@@ -324,10 +334,11 @@ def _census_run(
         argv += ["--check-slots", str(args.check_slots)]
     pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
     child_env = {**os.environ, **env} if env else None
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=pin, env=child_env)
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    _, status, ru = os.wait4(proc.pid, 0)
+    with StealWatch() as watch:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=pin, env=child_env)
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        _, status, ru = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
     lab_cpu = _lab_cpu_s() - lab_cpu0
     # The hypervisor's share of the run (capture/host.py): its ~100 ms vCPU freezes, not the
@@ -336,6 +347,9 @@ def _census_run(
     if status != 0:
         raise SystemExit(f"census child for K={k} failed (status {status})")
     row: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    # Which late packets a hypervisor freeze explains: set beside the steal spans, then dropped
+    # (a large run remembers thousands).
+    row["late_vs_steal"] = attribute(row.pop("late_marks", []), watch.spans, t0, 1 / watch.tick)
     tree = ru.ru_utime + ru.ru_stime
     # The measuring side: the census process while the census ran, and every process it waited
     # for (shells, clients, their helpers); wait4's whole tree (with this bench's own figures

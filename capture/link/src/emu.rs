@@ -188,6 +188,18 @@ pub struct Direction {
     next_gc: u64,
     pub stats: DirStats,
     pub lateness: Hist,
+    /// The first LATE_MARKS packets written 1 ms or more late: (CLOCK_MONOTONIC ns written,
+    /// lateness ns). The same clock as every other process's, so a late episode can be set
+    /// beside what else happened on the host then (a hypervisor's steal, another process).
+    pub late_marks: Vec<(u64, u64)>,
+}
+
+/// How many late packets a direction remembers the time of.
+pub const LATE_MARKS: usize = 32;
+
+/// [written at (CLOCK_MONOTONIC s), how late (ms)], to the microsecond.
+fn late_mark(at_ns: u64, late_ns: u64) -> Json {
+    Json::Arr(vec![Json::Num((at_ns as f64 / 1e3).round() / 1e6), Json::Num((late_ns as f64 / 1e3).round() / 1e3)])
 }
 
 impl Direction {
@@ -224,6 +236,7 @@ impl Direction {
             next_gc: 0,
             stats: DirStats::default(),
             lateness: Hist::new(),
+            late_marks: Vec::new(),
         }
     }
 
@@ -381,7 +394,11 @@ impl Direction {
     pub fn on_written(&mut self, s: &Scheduled, t: u64) {
         self.stats.packets_out += 1;
         self.stats.bytes_out = self.stats.bytes_out.saturating_add(s.data.len() as u64);
-        self.lateness.record_ns(t.saturating_sub(s.release));
+        let late = t.saturating_sub(s.release);
+        self.lateness.record_ns(late);
+        if late >= 1_000_000 && self.late_marks.len() < LATE_MARKS {
+            self.late_marks.push((t, late));
+        }
         let q = if self.cfg.per_flow {
             match self.flows.get_mut(&s.key).and_then(|f| f.queue.as_mut()) {
                 Some(q) => q,
@@ -434,7 +451,8 @@ impl Direction {
                     .set("max", h.max_us())
                     .set("at_least_1ms", h.count_at_least_us(1_000))
                     .set("mean", (h.mean_us() * 10.0).round() / 10.0)
-                    .set("count", h.count()),
+                    .set("count", h.count())
+                    .set("late_1ms_marks", Json::Arr(self.late_marks.iter().map(|&(at, late)| late_mark(at, late)).collect())),
             )
             .set("achieved_rate_bps", if s.busy_ns > 0 { Some(s.busy_bytes as f64 * 8.0 / busy_s) } else { None })
             .set("achieved_rate_pps", if s.busy_ns > 0 { Some(s.busy_packets as f64 / busy_s) } else { None })
@@ -485,6 +503,25 @@ mod tests {
         assert!(d.pop_due(1000 + 25 * MS - 1).is_none());
         assert_eq!(drain(&mut d, u64::MAX), vec![1000 + 25 * MS]);
         assert_eq!(d.stats.packets_out, 1);
+    }
+
+    #[test]
+    fn late_packets_keep_their_time_up_to_the_cap() {
+        let mut d = dir(|c| c.delay_ms = 1.0, BufferLimit::Inf);
+        for i in 0..(LATE_MARKS as u64 + 8) {
+            d.enqueue(i * MS, pkt(1, 100));
+        }
+        let mut i = 0;
+        while let Some(s) = d.pop_due(u64::MAX) {
+            // The first packet on time, the second 0.5 ms late, every later one 2 ms late.
+            let late = [0, MS / 2].get(i).copied().unwrap_or(2 * MS);
+            d.on_written(&s, s.release + late);
+            i += 1;
+        }
+        assert_eq!(d.late_marks.len(), LATE_MARKS);
+        assert_eq!(d.late_marks[0], (2 * MS + MS + 2 * MS, 2 * MS));
+        let j = d.to_json().to_string_compact();
+        assert!(j.contains("\"late_1ms_marks\":[[0.005,2.0],"), "{}", j);
     }
 
     #[test]
