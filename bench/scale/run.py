@@ -70,8 +70,12 @@ def _reproject(doc: dict[str, Any], sweep: list[dict[str, Any]]) -> None:
     """The headline figures again from `sweep` with the steady and split rows the document has,
     keeping the `unstarved` figure the derivation already carries."""
     unst = (doc.get("projection_derivation") or {}).get("unstarved")
-    doc.update(projection(sweep, steady=doc.get("steady") or [], split=doc.get("split") or []))
+    doc.update(projection(sweep, **_other_rows(doc)))
     doc["projection_derivation"]["unstarved"] = unst
+
+
+def _other_rows(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {k: doc.get(k) or [] for k in ("steady", "split", "repeats")}
 
 
 def _part_steady(args: argparse.Namespace, doc: dict[str, Any], out: Path) -> None:
@@ -140,6 +144,11 @@ def main() -> int:
     ap.add_argument("--census-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store-url", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--repeat",
+        action="store_true",
+        help="sweep: add the K runs to `repeats` beside the sweep of record, not in its place",
+    )
     ap.add_argument("--census-sites", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.census_child:
@@ -178,11 +187,21 @@ def main() -> int:
         if doc.get("sweep"):
             _reproject(doc, doc["sweep"])
         _write(out, doc)
-    if args.part in ("sweep", "all"):
+    if args.part == "sweep" and args.repeat:
+        # Further one-batch runs of some K, kept beside the sweep of record: the concurrency
+        # bound then reads every run of a K, not one run at the edge.
+        args.sweep_label, args.sites_per_k = "repeats", 1
+        rows = part_sweep(args)["repeats"]
+        for r in rows:
+            r["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        doc["repeats"] = [*(doc.get("repeats") or []), *rows]
+        if doc.get("sweep"):
+            _reproject(doc, doc["sweep"])
+    elif args.part in ("sweep", "all"):
         load0 = [round(x, 2) for x in os.getloadavg()]
         args.sweep_label, args.sites_per_k = "sweep", 1
         doc.update(part_sweep(args))
-        doc.update(projection(doc["sweep"], steady=doc.get("steady") or [], split=doc.get("split") or []))
+        doc.update(projection(doc["sweep"], **_other_rows(doc)))
         doc["projection_derivation"]["unstarved"] = unstarved(doc)
         doc["sweep_host"] = {**host(), "load_before": load0, "note": args.host_note}
         doc["sweep_date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

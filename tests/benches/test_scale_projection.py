@@ -87,6 +87,29 @@ def test_the_headline_takes_the_split_and_keeps_the_shared_cores_figure(modules:
     )
 
 
+def test_the_concurrency_bound_reads_every_run_of_a_k(modules: Any) -> None:
+    """One run at the edge does not decide a K: it counts when it kept its timing in at least
+    80 % of its runs, the sweep's and its repeats'."""
+    _, sweep = modules
+
+    def row(k: int, ok: bool, strict: bool | None = None) -> dict[str, Any]:
+        r = {**_sweep_row(k, 2.0), "p99_under_1ms": ok}
+        return r if strict is None else {**r, "p99_under_1ms_every_direction": strict}
+
+    rows = [row(16, True), row(64, True), row(128, False, False)]
+    assert sweep.projection(rows)["max_concurrency_p99_under_1ms"] == 64
+    # four of five runs of K = 128 kept their timing: it counts
+    again = [row(128, True, True), row(128, True, False), row(128, True, True), row(128, True, True)]
+    got = sweep.projection(rows, repeats=again)
+    assert got["max_concurrency_p99_under_1ms"] == 128
+    assert got["max_concurrency_runs"] == {"16": "1 of 1", "64": "1 of 1", "128": "4 of 5"}
+    # by the strict reading three of five: it does not
+    assert got["max_concurrency_p99_under_1ms_every_direction"] == 64
+    # two of four: it does not
+    half = sweep.projection(rows, repeats=[*again[:2], row(128, False)])
+    assert half["max_concurrency_p99_under_1ms"] == 64 and half["max_concurrency_runs"]["128"] == "2 of 4"
+
+
 def test_the_lab_shells_outer_device_is_found_by_its_process_group(modules: Any) -> None:
     """RPS is set on the devices the lab's own shells hold open, never on another shell's."""
     import os
