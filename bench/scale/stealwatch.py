@@ -18,7 +18,7 @@ from typing import Any
 from ccscope.capture.host import cpu_busy_by_cpu
 
 PERIOD_S = 0.01
-MAX_SPANS = 200  # kept in the JSON, the largest first
+MAX_SPANS = 20  # kept in the JSON, the largest (then by time)
 BUCKETS_MS: tuple[tuple[int, int | None], ...] = ((1, 2), (2, 5), (5, 20), (20, None))
 
 
