@@ -49,6 +49,12 @@ MIX = (
 )
 
 
+def _lateness(stats: dict[str, Any], d: str) -> dict[str, Any] | None:
+    """One direction's `lateness_us` from an emulator's stats, when it has a p99."""
+    lat = (stats.get(d) or {}).get("lateness_us") or {}
+    return lat if isinstance(lat.get("p99"), int | float) else None
+
+
 def _shell_lateness(scratch: Path) -> list[dict[str, Any]]:
     """Each shell direction's release lateness (ms) and packet count, from every emulator stats
     file the census's runs left under `scratch`."""
@@ -61,8 +67,7 @@ def _shell_lateness(scratch: Path) -> list[dict[str, Any]]:
         if not isinstance(stats, dict):
             continue
         for d in ("up", "down"):
-            lat = (stats.get(d) or {}).get("lateness_us") or {}
-            if isinstance(lat.get("p99"), int | float):
+            if (lat := _lateness(stats, d)) is not None:
                 out.append(
                     {
                         "run": f"{f.parent.name.split('-')[0]}/{f.name.split('.')[0]}/{d}",
@@ -182,10 +187,7 @@ def _census_child(args: argparse.Namespace) -> int:
             durations.append(tr.duration)
             stats = tr.extra.get("link_stats") or {}
             wire += sum(int((stats.get(d) or {}).get("bytes_in") or 0) for d in ("up", "down"))
-            for d in ("up", "down"):
-                p99 = ((stats.get(d) or {}).get("lateness_us") or {}).get("p99")
-                if p99 is not None:
-                    late_stored.append(float(p99) / 1000)
+            late_stored += [float(lat["p99"]) / 1000 for d in ("up", "down") if (lat := _lateness(stats, d))]
         wire_bytes.append(wire)
         v = store.get_verdict(r.measurement_id)
         if v is not None:
