@@ -165,6 +165,9 @@ def _census_child(args: argparse.Namespace) -> int:
     # the measuring side's. Every shell has been waited for, so RUSAGE_CHILDREN holds them all.
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     rc1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The stages too, before this bench reads the store back for its own figures below (those
+    # reads are not the census's).
+    probed = (cpuprobe.snapshot(), cpuprobe.store_methods()) if args.probe else None
     # Each CPU's busy time over the same span (bench/scale/split.py pins the census to one)
     per_cpu = {str(c): v for c, v in busy_between(pc0, cpu_busy_by_cpu()).items()}
     directions = _shell_lateness(work / "scratch")
@@ -199,8 +202,8 @@ def _census_child(args: argparse.Namespace) -> int:
         "children_s": round(rc1.ru_utime + rc1.ru_stime - rc0.ru_utime - rc0.ru_stime, 3),
         **_child_cpu(store, [r.measurement_id for r in rep.results]),
     }
-    if args.probe:
-        cpu["stages"] = cpuprobe.snapshot()
+    if probed is not None:
+        cpu["stages"], cpu["store_methods"] = probed
     print(
         json.dumps(
             {
